@@ -1,0 +1,129 @@
+"""The backend layer: XPOPS_BACKEND, get_namespace, default_namespace, `python -m xpops`."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import xpops
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if k != "XPOPS_BACKEND"}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=full_env, check=False
+    )
+
+
+def test_bad_backend_value_fails_at_import():
+    proc = _python("import xpops", XPOPS_BACKEND="jax")
+    assert proc.returncode != 0
+    assert "ValueError: XPOPS_BACKEND must be one of 'numpy', 'cupy'" in proc.stderr
+    assert "got 'jax'" in proc.stderr
+
+
+def test_unset_backend_is_numpy_and_never_imports_cupy():
+    code = (
+        "import sys, xpops; "
+        "assert xpops.default_namespace().__name__ == 'array_api_compat.numpy'; "
+        "a = xpops.tril_indices(4); import numpy; assert isinstance(a, numpy.ndarray); "
+        "assert 'cupy' not in sys.modules, 'cupy imported'; print('ok')"
+    )
+    proc = _python(code)
+    assert proc.returncode == 0, proc.stderr
+    proc = _python(code, XPOPS_BACKEND="numpy")
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_cupy_backend_without_gpu_is_a_clear_error():
+    from xpops._backend import cupy_unavailable_reason
+
+    if cupy_unavailable_reason() is None:
+        pytest.skip("a CUDA device is available here")
+    proc = _python("import xpops; xpops.tril_indices(3)", XPOPS_BACKEND="cupy")
+    assert proc.returncode != 0
+    assert "RuntimeError: the CuPy backend was requested but cannot be used" in proc.stderr
+
+
+def test_get_namespace(xp):
+    a = xp.asarray([1.0, 2.0])
+    ns = xpops.get_namespace(a)
+    assert ns.__name__.split(".")[-1] == xp.__name__.split(".")[-1] or ns is xp
+    assert xpops.get_namespace(a, None, 2.0, 3) is ns
+    assert xpops.get_namespace() is xpops.default_namespace()
+    assert xpops.get_namespace(None, 1.5) is xpops.default_namespace()
+
+
+def test_get_namespace_mixed_libraries():
+    import array_api_strict
+
+    with pytest.raises(TypeError, match="arrays from different libraries cannot be mixed, got"):
+        xpops.get_namespace(np.ones(2), array_api_strict.ones(2))
+    with pytest.raises(TypeError, match=r"array_api_strict\.Array and numpy\.ndarray"):
+        xpops.get_namespace(np.ones(2), array_api_strict.ones(2))
+
+
+def test_get_namespace_mixed_numpy_and_cupy(cupy_only):
+    with pytest.raises(TypeError, match=r"cupy.ndarray and numpy.ndarray"):
+        xpops.get_namespace(np.ones(2), cupy_only.ones(2))
+
+
+def test_get_namespace_rejects_non_arrays():
+    with pytest.raises(TypeError, match=r"expected an array, got builtins\.list"):
+        xpops.get_namespace([1, 2])
+
+
+def test_info_command():
+    proc = subprocess.run(
+        [sys.executable, "-m", "xpops", "info"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"xpops {xpops.__version__}" in proc.stdout
+    assert "default backend:" in proc.stdout
+    assert "numpy" in proc.stdout
+
+
+def test_bench_command_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    env = {k: v for k, v in os.environ.items() if k != "XPOPS_BACKEND"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xpops",
+            "bench",
+            "--ops",
+            "triu_indices",
+            "--repeats",
+            "1",
+            "--peers",
+            "numpy",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    data = json.loads(out.read_text())
+    assert {r["op"] for r in data["results"]} == {"triu_indices"}
+    assert all(r["xpops_ms"] > 0 for r in data["results"])
+    assert "| triu_indices |" in proc.stdout
+
+
+def test_bench_rejects_unknown_op():
+    proc = subprocess.run(
+        [sys.executable, "-m", "xpops", "bench", "--ops", "nope"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "unknown ops ['nope']" in proc.stderr

@@ -1,0 +1,1 @@
+"""Generic array-API engines: no validation, any namespace."""

@@ -1,0 +1,208 @@
+"""Backend selection: ``XPOPS_BACKEND``, array namespaces and devices.
+
+This is the only module that reads ``XPOPS_BACKEND``. It is read once, when xpops is imported.
+CuPy is imported only when a CuPy array is passed, a CuPy namespace is asked for, or
+``XPOPS_BACKEND=cupy``.
+"""
+
+import functools
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+from ._lib import _compat
+from ._lib._typing import Array, Device, Namespace
+
+__all__ = [
+    "BACKENDS",
+    "cupy_unavailable_reason",
+    "default_backend",
+    "default_namespace",
+    "get_namespace",
+    "is_cupy_namespace",
+    "is_numpy_namespace",
+    "resolve_namespace",
+]
+
+BACKENDS = ("numpy", "cupy")
+_ENV = "XPOPS_BACKEND"
+
+
+def _read_backend() -> str:
+    value = os.environ.get(_ENV, "").strip()
+    if not value:
+        return "numpy"
+    if value.lower() not in BACKENDS:
+        valid = ", ".join(repr(b) for b in BACKENDS)
+        msg = f"{_ENV} must be one of {valid} (or unset for 'numpy'), got {value!r}"
+        raise ValueError(msg)
+    return value.lower()
+
+
+_DEFAULT_BACKEND = _read_backend()
+
+
+def default_backend() -> str:
+    """Return the name of the default backend, ``'numpy'`` or ``'cupy'``."""
+    return _DEFAULT_BACKEND
+
+
+def cupy_unavailable_reason() -> str | None:
+    """Return why CuPy cannot be used here, or None when it can (imports CuPy)."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising something else
+        return f"CuPy is not importable ({type(exc).__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"CuPy cannot reach a CUDA device ({type(exc).__name__}: {exc})"
+    if count == 0:
+        return "no CUDA device available"
+    return None
+
+
+def _compat_numpy() -> Namespace:
+    import array_api_compat.numpy
+
+    return array_api_compat.numpy
+
+
+@functools.cache
+def _compat_cupy() -> Namespace:
+    reason = cupy_unavailable_reason()
+    if reason is not None:
+        msg = f"the CuPy backend was requested but cannot be used: {reason}"
+        raise RuntimeError(msg)
+    import array_api_compat.cupy
+
+    return array_api_compat.cupy
+
+
+def default_namespace() -> Namespace:
+    """Return the array namespace used when no array input decides it.
+
+    It is chosen by the environment variable ``XPOPS_BACKEND`` (``numpy``, the default, or
+    ``cupy``), read once when xpops is imported.
+
+    Returns
+    -------
+    namespace : module
+        ``array_api_compat.numpy`` or ``array_api_compat.cupy``.
+
+    Raises
+    ------
+    RuntimeError
+        If ``XPOPS_BACKEND=cupy`` but CuPy is not importable or no CUDA device is present.
+
+    Examples
+    --------
+    >>> import xpops
+    >>> xpops.default_namespace().__name__  # doctest: +SKIP
+    'array_api_compat.numpy'
+    """
+    if _DEFAULT_BACKEND == "cupy":
+        return _compat_cupy()
+    return _compat_numpy()
+
+
+def _is_scalar(obj: Any) -> bool:
+    return obj is None or isinstance(obj, bool | int | float | complex)
+
+
+def _type_name(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__.split('.')[0]}.{cls.__qualname__}"
+
+
+def get_namespace(*arrays: Array) -> Namespace:
+    """Return the array namespace of the inputs, or the default namespace when there are none.
+
+    Python scalars and None are ignored.
+
+    Parameters
+    ----------
+    *arrays : array
+        Arrays of any array-API library (NumPy, CuPy, PyTorch, array-api-strict, ...).
+
+    Returns
+    -------
+    namespace : module
+        The array-API namespace (through ``array_api_compat`` where it wraps the library).
+
+    Raises
+    ------
+    TypeError
+        If the inputs belong to different libraries, or one is not an array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import xpops
+    >>> xpops.get_namespace(np.ones(3)).__name__
+    'array_api_compat.numpy'
+    """
+    candidates = [a for a in arrays if not _is_scalar(a)]
+    if not candidates:
+        return default_namespace()
+    namespaces: dict[str, tuple[Namespace, Any]] = {}
+    for a in candidates:
+        if not _compat.is_array_api_obj(a):
+            msg = f"expected an array, got {_type_name(a)}"
+            raise TypeError(msg)
+        ns = _compat.array_namespace(a)
+        namespaces.setdefault(ns.__name__, (ns, a))
+    if len(namespaces) > 1:
+        kinds = " and ".join(sorted({_type_name(a) for _, a in namespaces.values()}))
+        msg = (
+            f"arrays from different libraries cannot be mixed, got {kinds}; "
+            "convert them to one library first"
+        )
+        raise TypeError(msg)
+    return next(iter(namespaces.values()))[0]
+
+
+def resolve_namespace(xp: ModuleType | None) -> Namespace:
+    """Map a user's `xp` argument (None, a library module or a namespace) to a namespace."""
+    if xp is None:
+        return default_namespace()
+    if not isinstance(xp, ModuleType):
+        msg = f"`xp` must be an array namespace (a module such as numpy), got {_type_name(xp)}"
+        raise TypeError(msg)
+    name = xp.__name__
+    if name in ("numpy", "array_api_compat.numpy"):
+        return _compat_numpy()
+    if name in ("cupy", "array_api_compat.cupy"):
+        return _compat_cupy()
+    if name in ("torch", "array_api_compat.torch"):
+        import array_api_compat.torch
+
+        return array_api_compat.torch
+    if name in ("dask.array", "array_api_compat.dask.array"):
+        import array_api_compat.dask.array
+
+        return array_api_compat.dask.array
+    if not all(hasattr(xp, attr) for attr in ("asarray", "arange", "int64")):
+        msg = f"`xp` must be an array namespace, got module {name!r}"
+        raise TypeError(msg)
+    return xp
+
+
+def is_numpy_namespace(xp: Namespace) -> bool:
+    """Whether `xp` is NumPy (plain or through array_api_compat)."""
+    return _compat.is_numpy_namespace(xp)
+
+
+def is_cupy_namespace(xp: Namespace) -> bool:
+    """Whether `xp` is CuPy (plain or through array_api_compat); never imports CuPy."""
+    return "cupy" in sys.modules and _compat.is_cupy_namespace(xp)
+
+
+def check_device(xp: Namespace, device: Device) -> None:
+    """Reject a device the NumPy backend cannot place arrays on."""
+    if device is None or not is_numpy_namespace(xp):
+        return
+    if device != "cpu" and type(device).__name__ != "_CPUDevice":
+        msg = f"the NumPy backend only has the device 'cpu', got {device!r}"
+        raise ValueError(msg)

@@ -1,0 +1,1 @@
+"""CuPy engines: kernel sources, memoized builders and launchers. Imported only on demand."""

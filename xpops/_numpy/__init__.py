@@ -1,0 +1,1 @@
+"""NumPy/SciPy engines (imported eagerly: NumPy is a hard dependency)."""

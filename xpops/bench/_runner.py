@@ -1,0 +1,159 @@
+"""The runner: parse arguments, measure bandwidth, time every case and its peers, report."""
+
+import argparse
+import gc
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .. import _backend
+from ._case import Case
+from ._timing import make_timer
+
+# op name -> module (under xpops.bench) whose `cases(backend)` lists its cases
+_REGISTRY = {
+    "tril_indices": "indexing",
+    "triu_indices": "indexing",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ops",
+        default="",
+        help="comma-separated ops to run (default: all): " + ", ".join(_REGISTRY),
+    )
+    parser.add_argument(
+        "--peers",
+        default="",
+        help="comma-separated peers to time (default: every installed "
+        "one of torch, jax, cupy, numpy, scipy); 'none' for none",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--plot", metavar="FILE", help="draw the speed-ups (needs matplotlib)")
+    parser.add_argument("--repeats", type=int, default=15, help="timed calls per case")
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _collect(ops: list[str], backend: str) -> list[Case]:
+    import importlib
+
+    modules: list[str] = []
+    for op in ops:
+        if _REGISTRY[op] not in modules:
+            modules.append(_REGISTRY[op])
+    cases: list[Case] = []
+    for module_name in modules:
+        module = importlib.import_module(f"xpops.bench.{module_name}")
+        cases.extend(c for c in module.cases(backend) if c.op in ops)
+    return cases
+
+
+def _safe_time(timer: Any, fn: Callable[[], Any], repeats: int) -> float | str:
+    try:
+        return timer.time(fn, repeats)
+    except Exception as exc:  # a peer that cannot do the case is reported, not fatal
+        return f"{type(exc).__name__}"
+    finally:
+        gc.collect()
+
+
+def run(args: argparse.Namespace) -> int:
+    ops = _split(args.ops) or list(_REGISTRY)
+    unknown = [op for op in ops if op not in _REGISTRY]
+    if unknown:
+        print(f"unknown ops {unknown}; known: {list(_REGISTRY)}", file=sys.stderr)
+        return 2
+    peers_wanted = None if not args.peers else set(_split(args.peers)) - {"none"}
+    backend = _backend.default_backend()
+    timer = make_timer(backend)
+    bandwidth = timer.bandwidth()
+    device = timer.device_name()
+    print(f"device: {device} (backend {backend})")
+    print("measured bandwidth: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in bandwidth.items()))
+
+    records = []
+    for case in _collect(ops, backend):
+        ms = timer.time(case.run, args.repeats)
+        gbps = case.nbytes / ms / 1e6
+        peers = {
+            name: _safe_time(timer, fn, args.repeats)
+            for name, fn in case.peers.items()
+            if peers_wanted is None or name in peers_wanted
+        }
+        record = {
+            "op": case.op,
+            "case": case.label,
+            "xpops_ms": ms,
+            "gb_per_s": gbps,
+            "bandwidth_kind": case.bandwidth,
+            "bandwidth_fraction": gbps / bandwidth[case.bandwidth],
+            "peers_ms": peers,
+        }
+        records.append(record)
+        print(_row(record), flush=True)
+
+    _print_table(device, backend, bandwidth, records)
+    if args.json:
+        with open(args.json, "w") as f:
+            payload = {"device": device, "backend": backend, "bandwidth_gb_per_s": bandwidth}
+            json.dump({**payload, "results": records}, f, indent=1)
+    if args.plot:
+        _plot(records, device, args.plot)
+    return 0
+
+
+def _peer_text(record: dict[str, Any]) -> str:
+    parts = []
+    for name, t in record["peers_ms"].items():
+        if isinstance(t, str):
+            parts.append(f"{name} fails ({t})")
+        else:
+            parts.append(f"{name} {t:.3f} ms ({t / record['xpops_ms']:.2f}x)")
+    return "; ".join(parts)
+
+
+def _row(r: dict[str, Any]) -> str:
+    return (
+        f"| {r['op']} | {r['case']} | {r['xpops_ms']:.3f} | {r['gb_per_s']:.0f} | "
+        f"{100 * r['bandwidth_fraction']:.0f}% of {r['bandwidth_kind']} | {_peer_text(r)} |"
+    )
+
+
+def _print_table(device: str, backend: str, bw: dict[str, float], records: list[dict]) -> None:
+    print()
+    rates = f"copy {bw['copy']:.0f} GB/s, fill {bw['fill']:.0f} GB/s"
+    print(f"xpops bench on {device} ({backend}); {rates}")
+    print("| op | case | xpops ms | GB/s | % of bandwidth | peers: ms (peer / xpops) |")
+    print("|---|---|---|---|---|---|")
+    for r in records:
+        print(_row(r))
+
+
+def _plot(records: list[dict[str, Any]], device: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels, speedups, names = [], [], []
+    for r in records:
+        for name, t in r["peers_ms"].items():
+            if not isinstance(t, str):
+                labels.append(f"{r['op']} {r['case']} vs {name}")
+                speedups.append(t / r["xpops_ms"])
+                names.append(name)
+    fig, ax = plt.subplots(figsize=(9, 0.3 * len(labels) + 1.5))
+    ax.barh(range(len(labels)), speedups, color="tab:blue")
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("peer time / xpops time (> 1: xpops faster)")
+    ax.set_title(f"xpops speed-up on {device}")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)

@@ -1,0 +1,98 @@
+"""Timers and bandwidth probes for the CPU (NumPy) and a CUDA GPU (CuPy)."""
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+WARMUP = 3
+REPEATS = 15
+
+
+def _median_ms(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+class CpuTimer:
+    """Median of repeated ``perf_counter`` runs."""
+
+    kind = "cpu"
+
+    def time(self, fn: Callable[[], Any], repeats: int = REPEATS) -> float:
+        for _ in range(WARMUP):
+            fn()
+        samples = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - start) * 1e3)
+        return _median_ms(samples)
+
+    def device_name(self) -> str:
+        import platform
+
+        return f"CPU {platform.processor() or platform.machine()}"
+
+    def bandwidth(self, nbytes: int = 2**28) -> dict[str, float]:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        src = rng.random(nbytes // 8)
+        dst = np.empty_like(src)
+        copy_ms = self.time(lambda: np.copyto(dst, src), repeats=7)
+        fill_ms = self.time(lambda: dst.fill(1.5), repeats=7)
+        return {"copy": 2 * src.nbytes / copy_ms / 1e6, "fill": dst.nbytes / fill_ms / 1e6}
+
+
+class GpuTimer:
+    """CUDA events around each call after warm-up, on the legacy default stream.
+
+    CuPy and PyTorch both launch on the legacy default stream unless told otherwise, so events
+    recorded there bracket their kernels. JAX runs on its own streams: its callables must end
+    with ``block_until_ready()``, which makes the bracket cover them too.
+    """
+
+    kind = "gpu"
+
+    def __init__(self) -> None:
+        import cupy
+
+        self._cupy = cupy
+
+    def time(self, fn: Callable[[], Any], repeats: int = REPEATS) -> float:
+        cupy = self._cupy
+        for _ in range(WARMUP):
+            fn()
+        cupy.cuda.Device().synchronize()
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        samples = []
+        for _ in range(repeats):
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            samples.append(cupy.cuda.get_elapsed_time(start, stop))
+        return _median_ms(samples)
+
+    def device_name(self) -> str:
+        props = self._cupy.cuda.runtime.getDeviceProperties(self._cupy.cuda.Device().id)
+        name = props["name"]
+        return name.decode() if isinstance(name, bytes) else str(name)
+
+    def bandwidth(self, nbytes: int = 2**31) -> dict[str, float]:
+        cupy = self._cupy
+        src = cupy.random.default_rng(0).random(nbytes // 8)
+        dst = cupy.empty_like(src)
+        copy_ms = self.time(lambda: cupy.copyto(dst, src))
+        # The fill rate is the faster of cudaMemset (a non-zero byte pattern) and CuPy's fill
+        # kernel; on an H100 CuPy's fill reached only about half of what memset does.
+        stream = cupy.cuda.get_current_stream().ptr
+        memset_ms = self.time(
+            lambda: cupy.cuda.runtime.memsetAsync(dst.data.ptr, 0x5A, dst.nbytes, stream)
+        )
+        fill_ms = min(memset_ms, self.time(lambda: dst.fill(1.5)))
+        return {"copy": 2 * src.nbytes / copy_ms / 1e6, "fill": dst.nbytes / fill_ms / 1e6}
+
+
+def make_timer(backend: str) -> CpuTimer | GpuTimer:
+    return GpuTimer() if backend == "cupy" else CpuTimer()
