@@ -67,7 +67,8 @@ _NOTES = """
     rectangle is a division. Nothing of size ``row * col`` is built, unlike NumPy's and CuPy's
     own functions, which make a boolean mask and call ``nonzero``.
 
-    Time and memory are O(N) for N entries; the output is the only allocation of size N.
+    Time and memory are O(N) for N entries. The NumPy and CuPy engines allocate nothing of size
+    N but the output; the generic engine makes a few int64 temporaries of size N.
 
     Unlike ``numpy.{name}``, negative `row`/`col` raise instead of giving an empty result,
     and int32 output is checked for overflow.
