@@ -17,7 +17,13 @@ extensions = [
     "sphinx.ext.autosummary",
     "numpydoc",
     "myst_parser",
+    "matplotlib.sphinxext.plot_directive",
 ]
+
+# plots are drawn at build time from the code in the page (no files are fetched)
+plot_formats = [("png", 110)]
+plot_html_show_source_link = False
+plot_html_show_formats = False
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"

@@ -7,12 +7,14 @@ environment variable ``XPOPS_BACKEND`` (``numpy``, the default, or ``cupy``) pic
 __version__ = "0.1.0.dev0"
 
 from ._backend import default_namespace, get_namespace
+from ._cumulative import logcumsumexp
 from ._indexing import tril_indices, triu_indices
 
 __all__ = [
     "__version__",
     "default_namespace",
     "get_namespace",
+    "logcumsumexp",
     "tril_indices",
     "triu_indices",
 ]

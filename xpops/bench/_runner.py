@@ -15,6 +15,7 @@ from ._timing import make_timer
 _REGISTRY = {
     "tril_indices": "indexing",
     "triu_indices": "indexing",
+    "logcumsumexp": "cumulative",
 }
 
 
