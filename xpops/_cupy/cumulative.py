@@ -6,15 +6,15 @@ running sum, and at the end one ``log`` per output after the prefix of everythin
 run has been folded in (``R + log(a + c_k * b)``). This *fast path* is exact whenever the first
 output of the run cannot underflow (prefix sums only grow, so the first is the smallest): when
 ``ref`` and the incoming prefix are finite and ``ref - max(prefix, x_first) <= THRESHOLD``.
-Otherwise (NaN, +-inf, all -inf so far, jumps of more than ~80 in float32) the run takes the
-*exact path*: pairwise ``combine`` with every special value handled, element by element.
+Otherwise (NaN, +-inf, all -inf so far, jumps of more than 60 in float32 or 650 in float64)
+the run takes the *exact path*: pairwise ``combine`` with every special value handled.
 
-* ``tiles``: long rows (1-D input, or few rows): a block scans a tile of BLOCK*ITEMS elements
-  and finds the sum of all earlier tiles of its row by decoupled look-back (Merrill & Garland,
-  2016), so the input is read once and the output written once.
-* ``rows``: many rows along the contiguous axis: a warp per row, 32 elements per step, the
-  carry kept in registers.
-* ``columns``: a strided axis: a thread per column, tiles of H rows chained along the axis by
+* ``tiles``: long rows (1-D input, or few rows): a block scans a tile and gets the sum of all
+  earlier tiles of its row by decoupled look-back (Merrill & Garland, 2016), so the input is
+  read once and the output written once.
+* ``rows``: many short rows along the contiguous axis: a thread per row, the rows staged through
+  shared memory a chunk of columns at a time, the carry in registers.
+* ``columns``: a strided axis: a thread per column, tiles of rows chained along the axis by
   decoupled look-back per column.
 
 `reverse` maps logical index ``l`` to ``L - 1 - l`` in the loads and stores; `exclusive` shifts
@@ -26,10 +26,12 @@ import math
 import cupy
 import numpy as np
 
-# Launch constants (measured on an H100; see docs/benchmarks.md):
+# Launch constants, measured on an H100 (share of the copy rate, 2**28 float32 unless said):
 BLOCK = 256  # threads per block of the columns kernel
-# tiles: 4096 elements per block (512-thread blocks of 8192 ran slower: 55% against 63% of the
-# copy rate for a 1-D float32 scan, with a one-warp look-back window).
+# tiles: 8192 float32 / 4096 float64 elements per block. The longer a row's chain of tiles, the
+# slower the look-back: with 4096-element tiles 1-D ran at 56-63%, rows of 8 tiles at 78%; with
+# 8192 (sums recomputed rather than kept in registers) 1-D ran at 69%, (8192, 32768) at 85%.
+# 512-thread blocks and a look-back by the whole block (window 256) measured no better.
 TILES_BLOCK = 256
 TILE_ITEMS = {"float32": 32, "float64": 16}
 ROWS_BLOCK = 128  # rows per block of the rows kernel
@@ -255,34 +257,20 @@ __device__ __forceinline__ int wait_slot(const Pair<T>* aggs, const Pair<T>* inc
     }
 }
 
-// Decoupled look-back by the whole block: thread t watches tile `pred - t`, so the window is
-// TILES_BLOCK tiles per memory round trip. With a one-warp window a 1-D scan could publish
-// inclusive prefixes only ~32 tiles per round trip, which held it to 63% of the copy rate.
+// Decoupled look-back by one warp: the aggregate of tiles [first, tile).
 template <typename T>
-__device__ __forceinline__ Pair<T> block_look_back(long long tile, long long first, int tid,
-                                                   const Pair<T>* aggs, const Pair<T>* incls,
-                                                   Pair<T>* warp_sh, int* nearest_sh) {
-    constexpr int WARPS = TILES_BLOCK / 32;
-    const int lane = tid & 31, warp = tid >> 5;
+__device__ __forceinline__ Pair<T> warp_look_back(long long tile, long long first, int lane,
+                                                  const Pair<T>* aggs, const Pair<T>* incls) {
     Pair<T> prefix = identity<T>();
-    for (long long pred = tile - 1;; pred -= TILES_BLOCK) {
-        if (tid == 0) *nearest_sh = TILES_BLOCK;
-        __syncthreads();
-        const long long p = pred - tid;
+    for (long long pred = tile - 1;; pred -= 32) {
+        const long long p = pred - lane;
         int f = 2;
         Pair<T> val = identity<T>();
         if (p >= first) f = wait_slot(aggs, incls, p, val);
-        if (f == 2) atomicMin(nearest_sh, tid);
-        __syncthreads();
-        const int nearest = *nearest_sh;
-        if (tid > nearest) val = identity<T>();
-        val = warp_reduce(val);
-        if (lane == 0) warp_sh[warp] = val;
-        __syncthreads();
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) prefix = combine(prefix, warp_sh[w]);
-        __syncthreads();
-        if (nearest < TILES_BLOCK) return prefix;
+        const unsigned done = __ballot_sync(FULL_MASK, f == 2);
+        if (done != 0 && lane > __ffs(done) - 1) val = identity<T>();
+        prefix = combine(prefix, warp_reduce(val));
+        if (done != 0) return prefix;
     }
 }
 
@@ -301,7 +289,7 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     __shared__ T buf[TILE + TILE / 32];
     __shared__ T warp_max_sh[WARPS], warp_first_sh[WARPS], warp_sum_sh[WARPS];
     __shared__ Pair<T> warp_tot[WARPS];
-    __shared__ int nearest_sh;
+    __shared__ Pair<T> prefix_sh;
     __shared__ unsigned int tile_id;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
@@ -405,15 +393,18 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
         }
         thread_excl = combine(before, ex);
     }
-    __syncthreads();  // warp_tot is reused by the look-back
 
     Pair<T> tile_prefix = identity<T>();
     if (q == 0) {
         if (tid == 0) publish(&incls[tile], block_total);
     } else {
         if (tid == 0) publish(&aggs[tile], block_total);
-        tile_prefix = block_look_back(tile, r * tiles_per_row, tid, aggs, incls, warp_tot,
-                                      &nearest_sh);
+        if (warp == 0) {
+            const Pair<T> pw = warp_look_back(tile, r * tiles_per_row, lane, aggs, incls);
+            if (lane == 0) prefix_sh = pw;
+        }
+        __syncthreads();
+        tile_prefix = prefix_sh;
         if (tid == 0) publish(&incls[tile], combine(tile_prefix, block_total));
     }
     __syncthreads();
