@@ -1,5 +1,7 @@
-"""logcumsumexp on every backend, against float64 NumPy references."""
+"""logcumsumexp on every backend, against independent float64 / long double references."""
 
+import cmath
+import itertools
 import math
 
 import numpy as np
@@ -8,12 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import xpops
+from xpops._lib._compat import array_namespace
 
 from ._support import backend_name, to_numpy
 
+nan, inf = np.nan, np.inf
+
 
 def reference(x, axis=None, exclusive=False, reverse=False):
-    """float64 (or complex128) reference: sequential logaddexp along a moved, reversed view."""
+    """float64 reference along a moved, reversed view: ``numpy.logaddexp.accumulate`` for real
+    inputs, a scalar loop with `cmath` (and the documented special values) for complex ones."""
     y = np.asarray(x)
     if axis is None:
         y = y.reshape(-1)
@@ -25,8 +31,8 @@ def reference(x, axis=None, exclusive=False, reverse=False):
     if reverse:
         y = y[..., ::-1]
     if complex_:
-        m = np.max(y.real, axis=-1, keepdims=True) if y.shape[-1] else 0
-        r = np.log(np.cumsum(np.exp(y - m), axis=-1)) + m
+        r = np.array([_complex_scan(lane) for lane in y.reshape(-1, y.shape[-1])])
+        r = r.reshape(y.shape)
     else:
         with np.errstate(invalid="ignore"):
             r = np.logaddexp.accumulate(y, axis=-1)
@@ -37,31 +43,87 @@ def reference(x, axis=None, exclusive=False, reverse=False):
     return np.moveaxis(r, -1, axis)
 
 
-def assert_scan_close(got, want, atol):
+def _principal(y):
+    return y if -math.pi < y <= math.pi else math.pi - (math.pi - y) % (2 * math.pi)
+
+
+def _complex_scan(lane):
+    """``log(cumsum(exp(z)))`` one element at a time, with the complex special values: real
+    part -inf is the identity; NaN (or a non-finite imaginary part) gives NaN+NaNj from there
+    on; real part +inf gives +inf with that element's principal phase (NaN if two disagree)."""
+    out, acc, state = [], complex(-inf, 0.0), "empty"
+    for z in lane.tolist():
+        re, im = z.real, z.imag
+        if re == -inf or state == "nan":
+            pass
+        elif math.isnan(re) or not math.isfinite(im):
+            state = "nan"
+        elif re == inf:
+            phase = _principal(im)
+            if state != "inf":
+                acc, state = complex(inf, phase), "inf"
+            elif acc.imag != phase:
+                acc = complex(inf, nan)
+        elif state == "empty":
+            acc, state = complex(re, _principal(im)), "finite"
+        elif state == "finite":
+            m = max(acc.real, re)
+            s = cmath.exp(acc - m) + cmath.exp(z - m)
+            acc = cmath.log(s) + m if s != 0 else complex(-inf, 0.0)
+        out.append(complex(nan, nan) if state == "nan" else acc)
+    return out
+
+
+def long_double_reference(x):
+    """``log(cumsum(exp(x)))`` of a 1-D array, summed in long double after a shift."""
+    xl = np.asarray(x, dtype=np.longdouble)
+    m = xl.max()
+    return np.log(np.cumsum(np.exp(xl - m))) + m
+
+
+def assert_scan_close(got, want, atol, rtol=0.0):
+    """Same NaN and infinity positions (infinities exactly), finite values within tolerance;
+    complex imaginary parts are compared as angles (modulo 2 pi)."""
     got = to_numpy(got).astype(want.dtype)
     assert got.shape == want.shape
-    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    inf = np.isinf(want)
-    np.testing.assert_array_equal(got[inf], want[inf])
-    ok = np.isfinite(want)
-    np.testing.assert_allclose(got[ok], want[ok], rtol=0, atol=atol)
+    g, w = np.real(got), np.real(want)
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
+    inf_ = np.isinf(w)
+    np.testing.assert_array_equal(g[inf_], w[inf_])
+    ok = np.isfinite(w)
+    np.testing.assert_allclose(g[ok], w[ok], rtol=rtol, atol=atol)
+    if np.iscomplexobj(want):
+        gi, wi = np.imag(got), np.imag(want)
+        np.testing.assert_array_equal(np.isnan(gi), np.isnan(wi))
+        both = np.isfinite(gi) & np.isfinite(wi) & (np.real(want) > -inf)
+        diff = np.angle(np.exp(1j * (gi[both] - wi[both])))
+        np.testing.assert_allclose(diff, 0, atol=atol + rtol)
 
 
 def tolerance(dtype_name):
     return {"float16": 2e-2, "bfloat16": 1e-1, "float32": 2e-5, "float64": 1e-12}[dtype_name]
 
 
-def test_docstring_examples():
-    x = np.array([0.0, 0.0, np.log(2.0)])
-    np.testing.assert_allclose(xpops.logcumsumexp(x), [0, np.log(2), np.log(4)], atol=1e-15)
-    np.testing.assert_allclose(
-        xpops.logcumsumexp(np.array([1000.0, 1000.0])), [1000, 1000 + np.log(2)], atol=1e-12
-    )
-    out = xpops.logcumsumexp(x, exclusive=True)
-    assert out[0] == -np.inf
-    np.testing.assert_allclose(out[1:], [0, np.log(2)], atol=1e-15)
-    np.testing.assert_allclose(
-        xpops.logcumsumexp(x, reverse=True), [np.log(4), np.log(3), np.log(2)], atol=1e-15
+def numpy_engine():
+    from xpops._numpy import cumulative
+
+    return cumulative
+
+
+# ---- the contract's examples, axes and flags ------------------------------------------------
+
+
+def test_docstring_examples(xp):
+    x = xp.asarray(np.array([0.0, 0.0, math.log(2.0)]))
+    log2, log3, log4 = math.log(2), math.log(3), math.log(4)
+    assert_scan_close(xpops.logcumsumexp(x), np.array([0, log2, log4]), 1e-15)
+    big = xpops.logcumsumexp(xp.asarray(np.array([1000.0, 1000.0])))
+    assert_scan_close(big, np.array([1000, 1000 + log2]), 1e-12)
+    assert_scan_close(xpops.logcumsumexp(x, exclusive=True), np.array([-inf, 0, log2]), 1e-15)
+    assert_scan_close(xpops.logcumsumexp(x, reverse=True), np.array([log4, log3, log2]), 1e-15)
+    out = xpops.logcumsumexp(xp.reshape(xp.arange(6), (2, 3)), axis=0)
+    assert_scan_close(
+        out, np.array([[0, 1, 2], [3, 4, 5]]) + np.array([[0], [np.log1p(np.exp(-3))]]), 1e-6
     )
 
 
@@ -76,22 +138,35 @@ def test_every_axis_and_flag(xp, shape, exclusive, reverse, dtype_name):
     for axis in [None, *range(-len(shape), len(shape))]:
         out = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
         assert out.dtype == x.dtype
+        assert out.shape == ((x_np.size,) if axis is None else shape)
         want = reference(x_np, axis, exclusive, reverse)
         assert_scan_close(out, want, tolerance(dtype_name) * 10)
 
 
+def test_axis_none_is_row_major(xp):
+    x_np = np.arange(12.0).reshape(3, 4) / 3
+    out = xpops.logcumsumexp(xp.asarray(x_np))
+    assert_scan_close(out, reference(x_np.reshape(-1)), 1e-12)
+    out = xpops.logcumsumexp(xp.asarray(x_np.T), reverse=True, exclusive=True)
+    assert_scan_close(out, reference(x_np.T.reshape(-1), 0, True, True), 1e-12)
+
+
+# ---- special values -------------------------------------------------------------------------
+
 SPECIAL = [
-    [0.0, np.nan, 1.0],
-    [np.nan, 0.0, 1.0],
-    [-np.inf, -np.inf],
-    [-np.inf, 0.0, 1.0],
-    [0.0, np.inf, 1.0],
-    [0.0, np.inf, np.nan, 1.0],
+    [0.0, nan, 1.0],
+    [nan, 0.0, 1.0],
+    [-inf, -inf],
+    [-inf, 0.0, 1.0],
+    [0.0, inf, 1.0],
+    [0.0, inf, nan, 1.0],
     [1000.0, 1000.0],
     [-1000.0, -1000.0],
     [-1000.0, 1000.0],
+    [1000.0, -1000.0],
     [1000.0, -1000.0, 1000.0],
-    [-np.inf, 5.0, -np.inf],
+    [-inf, 5.0, -inf],
+    [inf, -inf, inf],
 ]
 
 
@@ -104,34 +179,130 @@ def test_special_values(xp, values, exclusive, reverse):
     assert_scan_close(out, reference(x_np, None, exclusive, reverse), 1e-12)
 
 
-def test_special_values_table_exactly():
-    nan, inf = np.nan, np.inf
-    f = xpops.logcumsumexp
-    np.testing.assert_array_equal(f(np.array([0.0, nan, 1.0]))[1:], [nan, nan])
-    assert f(np.array([0.0, nan, 1.0]))[0] == 0.0
-    np.testing.assert_array_equal(f(np.array([-inf, -inf])), [-inf, -inf])
-    np.testing.assert_array_equal(f(np.array([0.0, inf, 1.0]))[1:], [inf, inf])
-    np.testing.assert_array_equal(f(np.array([-inf, -inf]), exclusive=True), [-inf, -inf])
+L2 = math.log(2.0)
 
 
-def test_complex(xp):
-    if backend_name(xp) == "torch":
-        pytest.importorskip("torch")
+@pytest.mark.parametrize(
+    ("values", "exclusive", "reverse", "expected"),
+    [
+        ([0.0, nan, 1.0], False, False, [0.0, nan, nan]),
+        ([0.0, nan, 1.0], False, True, [nan, nan, 1.0]),
+        ([nan, 0.0, 1.0], True, False, [-inf, nan, nan]),
+        ([-inf, -inf], False, False, [-inf, -inf]),
+        ([-inf, -inf], True, True, [-inf, -inf]),
+        ([-inf, 0.0, 1.0], False, False, [-inf, 0.0, 1.0 + math.log1p(math.exp(-1.0))]),
+        ([0.0, inf, 1.0], False, False, [0.0, inf, inf]),
+        ([0.0, inf, 1.0], True, False, [-inf, 0.0, inf]),
+        ([0.0, inf, nan], False, False, [0.0, inf, nan]),
+        ([1000.0, 1000.0], False, False, [1000.0, 1000.0 + L2]),
+        ([-1000.0, -1000.0], False, False, [-1000.0, -1000.0 + L2]),
+        ([-1000.0, 1000.0], False, False, [-1000.0, 1000.0]),
+        ([1000.0, -1000.0], False, False, [1000.0, 1000.0]),
+        ([1000.0, -1000.0], False, True, [1000.0, -1000.0]),
+        ([1000.0, -1000.0], True, True, [-1000.0, -inf]),
+    ],
+)
+def test_special_values_exactly(xp, values, exclusive, reverse, expected):
+    out = xpops.logcumsumexp(xp.asarray(np.array(values)), exclusive=exclusive, reverse=reverse)
+    got = to_numpy(out)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
+
+
+def test_nan_leaves_earlier_outputs_alone(xp):
+    x_np = np.random.default_rng(8).standard_normal((4, 50)) * 10
+    x_np[1, 20] = nan
+    x_np[2, 30] = inf
+    out = to_numpy(xpops.logcumsumexp(xp.asarray(x_np), axis=1))
+    want = reference(x_np, 1)
+    np.testing.assert_allclose(out[1, :20], want[1, :20], atol=1e-12)
+    assert np.isnan(out[1, 20:]).all()
+    np.testing.assert_allclose(out[2, :30], want[2, :30], atol=1e-12)
+    assert (out[2, 30:] == inf).all()
+    np.testing.assert_allclose(out[[0, 3]], want[[0, 3]], atol=1e-12)
+
+
+# ---- complex --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype_name", ["complex64", "complex128"])
+def test_complex_moderate(xp, dtype_name):
     rng = np.random.default_rng(1)
     z = rng.standard_normal((4, 6)) + 1j * rng.standard_normal((4, 6)) * 3
+    z = z.astype(dtype_name)
+    atol = 1e-12 if dtype_name == "complex128" else 2e-5
     for axis in (None, 0, 1):
         out = xpops.logcumsumexp(xp.asarray(z), axis=axis)
-        assert out.dtype == xp.complex128
-        got = to_numpy(out)
+        assert out.dtype == getattr(xp, dtype_name)
+        got = to_numpy(out).astype(np.complex128)
         flat = z.reshape(-1) if axis is None else z
-        want = np.log(np.cumsum(np.exp(flat), axis=0 if axis is None else axis))
-        np.testing.assert_allclose(got, want, atol=1e-12)
-        assert np.all(got.imag > -np.pi - 1e-12)
-        assert np.all(got.imag <= np.pi + 1e-12)
-    big = np.array([1000 + 1j, 1000 - 2j, 999.5 + 0.5j])
-    got = to_numpy(xpops.logcumsumexp(xp.asarray(big)))
-    want = np.log(np.cumsum(np.exp(big - 1000))) + 1000
-    np.testing.assert_allclose(got, want, atol=1e-10)
+        want = np.log(np.cumsum(np.exp(flat.astype(np.complex128)), axis=axis or 0))
+        np.testing.assert_allclose(got, want, atol=atol)
+        assert np.all(got.imag > -np.pi - 1e-6)
+        assert np.all(got.imag <= np.pi + 1e-6)
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), list(itertools.product([False, True], repeat=2)))
+def test_complex_large_real_parts(xp, exclusive, reverse):
+    rng = np.random.default_rng(12)
+    z = rng.normal(0, 300, (3, 40)) + 1j * rng.normal(0, 4, (3, 40))
+    z[0, 5] = 1000 + 1j
+    z[1, :] += 5000
+    out = xpops.logcumsumexp(xp.asarray(z), axis=1, exclusive=exclusive, reverse=reverse)
+    got = to_numpy(out)
+    assert_scan_close(got, reference(z, 1, exclusive, reverse), 1e-9)
+    finite = np.isfinite(got)
+    assert np.all(np.abs(got.imag[finite]) <= np.pi + 1e-12)
+
+
+CNAN = complex(nan, nan)
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([complex(-inf, 5.0), 1 + 0j], [complex(-inf, 0.0), 1 + 0j]),
+        ([complex(-inf, nan), 2 + 1j], [complex(-inf, 0.0), 2 + 1j]),
+        ([1 + 1j, complex(nan, 0.0), 2 + 0j], [1 + 1j, CNAN, CNAN]),
+        ([1 + 1j, complex(1.0, nan), 2 + 0j], [1 + 1j, CNAN, CNAN]),
+        ([1 + 1j, complex(1.0, inf)], [1 + 1j, CNAN]),
+        ([0j, complex(inf, 1.0), 3 + 0j], [0j, complex(inf, 1.0), complex(inf, 1.0)]),
+        ([complex(inf, 1.0 + 2 * math.pi)], [complex(inf, 1.0)]),
+        ([complex(inf, 1.0), complex(inf, 2.0)], [complex(inf, 1.0), complex(inf, nan)]),
+        ([complex(inf, 1.0), complex(inf, 1.0)], [complex(inf, 1.0), complex(inf, 1.0)]),
+        ([complex(inf, 1.0), complex(nan, 0.0)], [complex(inf, 1.0), CNAN]),
+        ([0 + 7j], [complex(0.0, 7.0 - 2 * math.pi)]),
+    ],
+)
+def test_complex_special_values(xp, values, expected):
+    z = np.array(values, dtype=np.complex128)
+    got = to_numpy(xpops.logcumsumexp(xp.asarray(z)))
+    want = np.array(expected)
+    for part in (np.real, np.imag):
+        np.testing.assert_array_equal(np.isnan(part(got)), np.isnan(part(want)))
+        np.testing.assert_allclose(part(got), part(want), rtol=0, atol=1e-12)
+    excl = to_numpy(xpops.logcumsumexp(xp.asarray(z), exclusive=True))
+    assert excl[0] == complex(-inf, 0.0)
+
+
+def test_engines_agree_on_random_complex_special_values():
+    """The NumPy engine (fast and exact paths) and the generic engine give the same results."""
+    import array_api_strict
+
+    pool = [0, 1 + 2j, 5 - 7j, complex(-inf, 3), complex(inf, 1), complex(inf, 2), complex(nan, 0)]
+    pool += [complex(1, nan), complex(-inf, nan), complex(300, 1), complex(-800, 2)]
+    rng = np.random.default_rng(13)
+    for _ in range(60):
+        z = np.array(rng.choice(pool, rng.integers(1, 8)), dtype=np.complex128)
+        for exclusive, reverse in itertools.product([False, True], repeat=2):
+            a = xpops.logcumsumexp(z, exclusive=exclusive, reverse=reverse)
+            b = xpops.logcumsumexp(
+                array_api_strict.asarray(z), exclusive=exclusive, reverse=reverse
+            )
+            assert_scan_close(b, a, 1e-9)
+
+
+# ---- dtypes ---------------------------------------------------------------------------------
 
 
 def test_low_precision_accumulates_in_float32(xp):
@@ -145,9 +316,22 @@ def test_low_precision_accumulates_in_float32(xp):
     got = to_numpy(out).astype(np.float64)
     # one float16 rounding of the result (spacing 2**-7 near 10), not 5000 of them
     np.testing.assert_allclose(got, want, atol=1.5e-2)
-    if hasattr(xp, "bfloat16"):
-        out = xpops.logcumsumexp(xp.asarray(x_np.astype(np.float32)), dtype=xp.bfloat16)
-        assert out.dtype == xp.bfloat16
+
+
+def test_bfloat16(xp):
+    if not hasattr(xp, "bfloat16"):
+        pytest.skip(f"{backend_name(xp)} has no bfloat16")
+    x_np = np.random.default_rng(2).standard_normal(3000).astype(np.float32) * 3
+    x = xp.asarray(x_np)
+    cxp = array_namespace(x)
+    x16 = cxp.astype(x, xp.bfloat16)
+    out = xpops.logcumsumexp(x16)
+    assert out.dtype == xp.bfloat16
+    want = reference(to_numpy(cxp.astype(x16, xp.float32)))
+    got = to_numpy(cxp.astype(out, xp.float32))
+    np.testing.assert_allclose(got, want, atol=0.07)  # one bfloat16 rounding near 10
+    out = xpops.logcumsumexp(x, dtype=xp.bfloat16)
+    assert out.dtype == xp.bfloat16
 
 
 def test_integer_and_bool_inputs(xp):
@@ -159,6 +343,8 @@ def test_integer_and_bool_inputs(xp):
     out = xpops.logcumsumexp(xp.asarray(np.array([True, False, True])))
     assert out.dtype == default
     assert_scan_close(out, reference(np.array([1.0, 0.0, 1.0])), 1e-6)
+    out = xpops.logcumsumexp(xp.asarray(np.arange(4, dtype=np.int32)), dtype=xp.float64)
+    assert out.dtype == xp.float64
 
 
 def test_dtype_argument_casts_first(xp):
@@ -168,35 +354,85 @@ def test_dtype_argument_casts_first(xp):
     assert_scan_close(out, reference(np.array([0.1, 0.2, 0.3], dtype=np.float32)), 1e-6)
     out = xpops.logcumsumexp(xp.asarray(np.arange(3)), dtype=xp.complex128)
     assert out.dtype == xp.complex128
+    assert_scan_close(out, reference(np.arange(3.0)).astype(np.complex128), 1e-12)
+
+
+# ---- shapes ---------------------------------------------------------------------------------
 
 
 def test_zero_dimensional(xp):
     x = xp.asarray(2.5)
     out = xpops.logcumsumexp(x)
     assert out.shape == (1,)
-    assert float(to_numpy(out)[0]) == 2.5
+    assert float(to_numpy(out)[0]) == pytest.approx(2.5, abs=1e-15)
     for axis in (0, -1):
         out = xpops.logcumsumexp(x, axis=axis)
         assert out.shape == ()
-        assert float(to_numpy(out)) == 2.5
+        assert float(to_numpy(out)) == pytest.approx(2.5, abs=1e-15)
+        out = xpops.logcumsumexp(x, axis=axis, reverse=True)
+        assert float(to_numpy(out)) == pytest.approx(2.5, abs=1e-15)
     out = xpops.logcumsumexp(x, axis=0, exclusive=True)
-    assert float(to_numpy(out)) == -np.inf
+    assert out.shape == ()
+    assert float(to_numpy(out)) == -inf
+    out = xpops.logcumsumexp(x, exclusive=True)
+    assert out.shape == (1,)
+    assert float(to_numpy(out)[0]) == -inf
 
 
 @pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4), (2, 0, 3)])
-def test_empty(xp, shape):
+@pytest.mark.parametrize(("exclusive", "reverse"), [(False, False), (True, True)])
+def test_empty(xp, shape, exclusive, reverse):
     x = xp.asarray(np.zeros(shape))
-    for axis in [None, *range(len(shape))]:
-        out = xpops.logcumsumexp(x, axis=axis)
+    for axis in [None, *range(-len(shape), len(shape))]:
+        out = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
         assert out.shape == ((math.prod(shape),) if axis is None else shape)
+        assert out.dtype == x.dtype
+        assert type(out).__module__.split(".")[0] == backend_name(xp)
 
 
-def test_input_not_modified_and_same_namespace(xp):
+def test_length_one_axis(xp):
+    x_np = np.random.default_rng(6).standard_normal((3, 1, 4))
+    x = xp.asarray(x_np)
+    assert_scan_close(xpops.logcumsumexp(x, axis=1), x_np, 1e-15)
+    out = xpops.logcumsumexp(x, axis=1, exclusive=True, reverse=True)
+    assert_scan_close(out, np.full((3, 1, 4), -inf), 0)
+
+
+@pytest.mark.parametrize("shape", [(1,), (3, 1), (5,)])
+def test_result_is_a_new_array(xp, shape):
+    x_np = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
+    x = xp.asarray(x_np.copy())
+    for axis, reverse in itertools.product([None, -1], [False, True]):
+        out = xpops.logcumsumexp(x, axis=axis, reverse=reverse)
+        out[...] = -7.0
+        np.testing.assert_array_equal(to_numpy(x), x_np)
+
+
+def test_input_not_modified_and_result_layout(xp):
     x_np = np.random.default_rng(4).standard_normal((6, 7))
     x = xp.asarray(x_np.copy())
-    out = xpops.logcumsumexp(x, axis=1, reverse=True, exclusive=True)
-    np.testing.assert_array_equal(to_numpy(x), x_np)
-    assert type(out).__module__.split(".")[0] == backend_name(xp)
+    for axis, exclusive, reverse in itertools.product([None, 0, 1], [False, True], [False, True]):
+        out = xpops.logcumsumexp(x, axis=axis, reverse=reverse, exclusive=exclusive)
+        np.testing.assert_array_equal(to_numpy(x), x_np)
+        assert type(out).__module__.split(".")[0] == backend_name(xp)
+        assert backend_name(array_namespace(out)) in ("array_api_compat", backend_name(xp))
+        assert out.dtype == x.dtype
+        assert out.shape == ((42,) if axis is None else (6, 7))
+
+
+def test_non_contiguous_numpy_inputs_are_left_alone():
+    base = np.random.default_rng(9).standard_normal((300, 500)) * 10
+    before = base.copy()
+    for view in (base[:, ::2], base.T, base[::-1], base[:, ::-3], base[::2, 1:].T):
+        for axis in (0, 1):
+            for exclusive, reverse in itertools.product([False, True], repeat=2):
+                got = xpops.logcumsumexp(view, axis=axis, exclusive=exclusive, reverse=reverse)
+                assert got.flags.c_contiguous
+                assert_scan_close(got, reference(view, axis, exclusive, reverse), 1e-11)
+    np.testing.assert_array_equal(base, before)
+
+
+# ---- errors ---------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -206,7 +442,9 @@ def test_input_not_modified_and_same_namespace(xp):
         ({"axis": -3}, ValueError, "`axis` -3 is out of bounds for an array of dimension 2"),
         ({"axis": 1.0}, TypeError, "`axis` must be an integer or None, got float 1.0"),
         ({"axis": True}, TypeError, "`axis` must be an integer or None, got bool True"),
+        ({"axis": "0"}, TypeError, "`axis` must be an integer or None, got str '0'"),
         ({"exclusive": 1}, TypeError, "`exclusive` must be a bool, got int 1"),
+        ({"exclusive": None}, TypeError, "`exclusive` must be a bool, got NoneType None"),
         ({"reverse": "yes"}, TypeError, "`reverse` must be a bool, got str 'yes'"),
     ],
 )
@@ -215,9 +453,15 @@ def test_errors(xp, kwargs, error, message):
         xpops.logcumsumexp(xp.asarray(np.ones((2, 3))), **kwargs)
 
 
+def test_axis_out_of_bounds_for_zero_dimensional(xp):
+    with pytest.raises(ValueError, match="`axis` 1 is out of bounds for an array of dimension 0"):
+        xpops.logcumsumexp(xp.asarray(1.0), axis=1)
+
+
 def test_dtype_errors(xp):
-    with pytest.raises(TypeError, match="`dtype` must be a real floating or complex floating"):
-        xpops.logcumsumexp(xp.asarray(np.ones(3)), dtype=xp.int64)
+    for bad in (xp.int64, xp.bool, "float64"):
+        with pytest.raises(TypeError, match="`dtype` must be a real floating or complex floating"):
+            xpops.logcumsumexp(xp.asarray(np.ones(3)), dtype=bad)
 
 
 def test_not_an_array():
@@ -225,37 +469,226 @@ def test_not_an_array():
         xpops.logcumsumexp([1.0, 2.0])
     with pytest.raises(TypeError, match="`x` must be an array, got float"):
         xpops.logcumsumexp(1.0)
-    with pytest.raises(TypeError, match="`x` must have a numeric dtype"):
+    with pytest.raises(TypeError, match="`x` must have a numeric dtype, got <U1"):
         xpops.logcumsumexp(np.array(["a", "b"]))
+    with pytest.raises(TypeError, match="`x` must have a numeric dtype, got object"):
+        xpops.logcumsumexp(np.array([1.0, None]))
 
 
-def test_accuracy_float64_long():
-    """2**20 N(0, 10**2) values within 1e-13 of a long-double reference."""
+# ---- accuracy -------------------------------------------------------------------------------
+
+
+def _accurate_backend(xp):
+    if backend_name(xp) not in ("numpy", "cupy"):
+        pytest.skip("long accuracy runs are for the NumPy and CuPy engines")
+
+
+def test_accuracy_float64_long(xp):
+    """2**20 N(0, 10**2) values within 1e-13 of a long double reference."""
+    _accurate_backend(xp)
     if np.finfo(np.longdouble).eps > 1e-18:
         pytest.skip("numpy.longdouble is not extended precision here")
     x = np.random.default_rng(5).normal(0, 10, 2**20)
-    m = x.max()
-    want = np.log(np.cumsum(np.exp(x.astype(np.longdouble) - m))) + m
-    got = xpops.logcumsumexp(x)
+    want = long_double_reference(x)
+    got = to_numpy(xpops.logcumsumexp(xp.asarray(x))).astype(np.longdouble)
     assert float(np.max(np.abs(got - want))) < 1e-13
-    got32 = xpops.logcumsumexp(x.astype(np.float32))
-    assert float(np.max(np.abs(got32.astype(np.longdouble) - want))) < 2e-5
+    got = to_numpy(xpops.logcumsumexp(xp.asarray(x), reverse=True))[::-1]
+    assert float(np.max(np.abs(got.astype(np.longdouble) - long_double_reference(x[::-1])))) < 1e-13
 
 
-@settings(max_examples=40, deadline=None)
-@given(
-    shape=st.lists(st.integers(0, 9), min_size=1, max_size=3),
-    data=st.data(),
-    exclusive=st.booleans(),
-    reverse=st.booleans(),
+def test_accuracy_float32_long(xp):
+    """The same values in float32 within 2e-5 (float32 spacing near 50 is 4e-6)."""
+    _accurate_backend(xp)
+    x = np.random.default_rng(5).normal(0, 10, 2**20).astype(np.float32)
+    want = long_double_reference(x.astype(np.float64))
+    got = to_numpy(xpops.logcumsumexp(xp.asarray(x)))
+    assert got.dtype == np.float32
+    assert float(np.max(np.abs(got.astype(np.longdouble) - want))) < 2e-5
+
+
+def test_accuracy_float64_many_lanes():
+    """Both NumPy layouts (lanes side by side, lanes along the contiguous axis)."""
+    x = np.random.default_rng(15).normal(0, 10, (4096, 64))
+    want = np.stack([long_double_reference(x[:, j]) for j in range(0, 64, 9)], axis=1)
+    got = xpops.logcumsumexp(x, axis=0)[:, ::9]
+    assert float(np.max(np.abs(got - want))) < 1e-13
+    got = xpops.logcumsumexp(np.ascontiguousarray(x.T), axis=1)[::9].T
+    assert float(np.max(np.abs(got - want))) < 1e-13
+
+
+# ---- NumPy engine: block boundaries, lanes that leave the fast path ------------------------
+
+
+def _block_lengths():
+    e = numpy_engine()
+    bn = (e._BLOCK // e._CHUNK) * e._CHUNK
+    return [bn - 1, bn, bn + 1, 2 * bn + 1]
+
+
+@pytest.mark.parametrize("n", _block_lengths())
+def test_numpy_lengths_around_the_block(n):
+    rng = np.random.default_rng(n)
+    x = rng.normal(0, 10, n)
+    x[n // 3] = 1500.0  # a jump the fast path cannot take
+    x[n // 2 : n // 2 + 3] = -3000.0  # terms that underflow: negligible, fine
+    for exclusive, reverse in itertools.product([False, True], repeat=2):
+        got = xpops.logcumsumexp(x, exclusive=exclusive, reverse=reverse)
+        assert_scan_close(got, reference(x, 0, exclusive, reverse), 1e-9)
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of a few hundred elements, so that short inputs cross many of them."""
+    e = numpy_engine()
+    monkeypatch.setattr(e, "_BLOCK", 256)
+    monkeypatch.setattr(e, "_CHUNK", 7)
+    monkeypatch.setattr(e, "_ROW_LANES", 16)
+    monkeypatch.setattr(e, "_TILE_LANES", 40)
+    monkeypatch.setattr(e, "_TWO_LEVEL", 50)
+    return e
+
+
+def _mess_up(x, rng):
+    """NaN, +-inf, huge jumps, very negative and -inf-only starts in some lanes."""
+    lanes = np.moveaxis(x, 0, -1).reshape(-1, x.shape[0])  # a view: lanes along axis 0
+    n = x.shape[0]
+    lanes[0, n // 2] = nan
+    lanes[1, n // 3] = inf
+    lanes[2, : n // 2] = -inf
+    lanes[3, n // 4] = 2000.0
+    lanes[4, :] -= 5000.0
+    lanes[5, :] += np.linspace(0, 900, n)  # drifting up: the carry is renormalized
+    lanes[6, :] = -inf
+    lanes[7, : n // 3] = -inf
+    lanes[7, n // 3] = -700.0  # the first element above -inf underflows: exact path
+    lanes[8, ::2] = -inf
+    return x
+
+
+@pytest.mark.parametrize("shape", [(600, 20), (600, 3, 9), (9, 600), (3, 600, 4)])
+@pytest.mark.parametrize("dtype_name", ["float64", "float32", "complex128"])
+def test_numpy_lanes_leaving_the_fast_path(small_blocks, shape, dtype_name):
+    rng = np.random.default_rng(21)
+    for axis in range(len(shape)):
+        x = np.moveaxis(rng.normal(0, 10, shape), axis, 0).copy()
+        x = np.moveaxis(_mess_up(x, rng), 0, axis)
+        if dtype_name == "complex128":
+            x = x + 1j * rng.normal(0, 2, shape)
+        x = x.astype(dtype_name)
+        for exclusive, reverse in itertools.product([False, True], repeat=2):
+            got = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+            want = reference(x, axis, exclusive, reverse)
+            if dtype_name == "float32":  # outputs reach -5000: float32 spacing 5e-4 there
+                assert_scan_close(got, want, 2e-5, rtol=2.4e-7)
+            else:
+                assert_scan_close(got, want, 1e-9)
+
+
+def test_numpy_engine_modes(small_blocks):
+    """Short inputs through every layout of the engine, against the reference."""
+    rng = np.random.default_rng(22)
+    for shape in [(1,), (2,), (700,), (5, 300), (300, 5), (2, 300, 30), (30, 2, 300), (60, 60)]:
+        x = rng.normal(0, 30, shape)
+        for axis in range(len(shape)):
+            for exclusive, reverse in itertools.product([False, True], repeat=2):
+                got = small_blocks.logcumsumexp(x, axis, exclusive, reverse)
+                assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-10)
+
+
+def test_numpy_leading_minus_inf_stays_on_the_fast_path(monkeypatch):
+    """Lanes padded with -inf at the start need no exact redo (and give the same results)."""
+    e = numpy_engine()
+    calls = []
+    original = e._exact
+    monkeypatch.setattr(e, "_exact", lambda *a: calls.append(1) or original(*a))
+    x = np.random.default_rng(23).normal(0, 10, (64, 700))
+    x[:, :100] = -inf
+    for axis, y in ((1, x), (0, np.ascontiguousarray(x.T))):
+        got = xpops.logcumsumexp(y, axis=axis)
+        assert_scan_close(got, reference(y, axis), 1e-10)
+    assert not calls
+
+
+# ---- properties -----------------------------------------------------------------------------
+
+VALUES = st.one_of(
+    st.floats(-50, 50),
+    st.sampled_from([-inf, inf, nan, 1000.0, -1000.0, 710.0, -745.0, 0.0]),
 )
-def test_property_matches_reference(shape, data, exclusive, reverse):
-    ndim = len(shape)
-    axis = data.draw(st.one_of(st.none(), st.integers(-ndim, ndim - 1)))
-    seed = data.draw(st.integers(0, 2**32 - 1))
-    x = np.random.default_rng(seed).standard_normal(shape) * 30
+
+
+@st.composite
+def scan_cases(draw, max_size=9):
+    """Random shapes, axes and flags; N(0, 30**2) values with special values dropped in."""
+    shape = tuple(draw(st.lists(st.integers(0, max_size), min_size=1, max_size=3)))
+    size = math.prod(shape)
+    x = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).standard_normal(size) * 30
+    if size:
+        places = st.tuples(st.integers(0, size - 1), VALUES)
+        for i, value in draw(st.lists(places, max_size=min(size, 12))):
+            x[i] = value
+        x[: draw(st.integers(0, size))] = -inf if draw(st.booleans()) else x[0]
+    axis = draw(st.one_of(st.none(), st.integers(-len(shape), len(shape) - 1)))
+    return x.reshape(shape), axis, draw(st.booleans()), draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=scan_cases())
+def test_property_numpy_matches_reference(case):
+    x, axis, exclusive, reverse = case
     got = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
     assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-11)
+
+
+@settings(max_examples=30, deadline=None)
+@given(case=scan_cases(max_size=6))
+def test_property_generic_engine_matches_reference(case):
+    import array_api_strict
+
+    x, axis, exclusive, reverse = case
+    got = xpops.logcumsumexp(
+        array_api_strict.asarray(x), axis=axis, exclusive=exclusive, reverse=reverse
+    )
+    assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-11)
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=scan_cases(max_size=40), data=st.data())
+def test_property_numpy_small_blocks(case, data):
+    """Random shapes and special values across many small blocks of the NumPy engine."""
+    e = numpy_engine()
+    x, axis, exclusive, reverse = case
+    saved = (e._BLOCK, e._CHUNK, e._ROW_LANES)
+    e._BLOCK, e._CHUNK = data.draw(st.sampled_from([(8, 3), (32, 5), (100, 32)]))
+    e._ROW_LANES = 4
+    try:
+        got = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+    finally:
+        e._BLOCK, e._CHUNK, e._ROW_LANES = saved
+    assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-10)
+
+
+# ---- GPU-only accuracy ----------------------------------------------------------------------
+
+
+def test_accuracy_float32_2_24_on_gpu(cupy_only):
+    """2**24 float32 N(0, 10**2) values within 2e-5 of a long double reference."""
+    cupy = cupy_only
+    x = np.random.default_rng(16).normal(0, 10, 2**24).astype(np.float32)
+    got = xpops.logcumsumexp(cupy.asarray(x)).get()
+    assert got.dtype == np.float32
+    want = long_double_reference(x.astype(np.float64))
+    assert float(np.max(np.abs(got.astype(np.longdouble) - want))) < 2e-5
+
+
+def test_accuracy_non_contiguous_on_gpu(cupy_only):
+    cupy = cupy_only
+    x = np.random.default_rng(17).normal(0, 10, (2**17, 8))
+    got = xpops.logcumsumexp(cupy.asarray(x)[:, 3], axis=0).get()
+    assert float(np.max(np.abs(got - long_double_reference(x[:, 3])))) < 1e-13
+    got = xpops.logcumsumexp(cupy.asarray(x).T, axis=1).get()
+    want = long_double_reference(x[:, 5])
+    assert float(np.max(np.abs(got[5] - want))) < 1e-13
 
 
 # ---- GPU-only: every kernel at its block and tile boundaries, poisoned memory, > 2**31 ---------

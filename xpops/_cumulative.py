@@ -12,7 +12,7 @@ __all__ = ["logcumsumexp"]
 def _is_dtype(xp: Namespace, dtype: DType, kind: str | tuple[str, ...]) -> bool:
     try:
         return bool(xp.isdtype(dtype, kind))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):  # AttributeError: PyTorch given a str
         return False
 
 

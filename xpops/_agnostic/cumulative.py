@@ -1,57 +1,88 @@
-"""Generic engine of logcumsumexp: a log-depth (Hillis-Steele) scan in array-API operations."""
+"""Generic engine of logcumsumexp: a log-depth scan in array-API operations."""
 
-import numpy as np
+import math
 
 from .._lib._typing import Array, Namespace
 
+# Special values, as on every engine: real -inf is the identity, +inf wins from there on, NaN
+# wins over everything. Complex inputs follow their real part: real part -inf is the identity
+# (-inf+0j while nothing else was seen); a NaN real part, or a non-finite imaginary part with a
+# real part other than -inf, gives NaN+NaNj from there on; real part +inf gives real part +inf
+# from there on, with that element's principal imaginary part (NaN once two such elements
+# disagree on it). Every operand is sanitized before exp/log so that no floating-point warning
+# is raised (array-api-strict forwards NumPy's).
 
-def _along(ndim: int, axis: int, index: slice) -> tuple[slice, ...]:
-    """An index selecting `index` along `axis` and everything along the other axes."""
-    return (slice(None),) * axis + (index,) + (slice(None),) * (ndim - axis - 1)
+
+def _add_real(a: Array, b: Array, xp: Namespace) -> Array:
+    """Associative ``log(exp(a) + exp(b))`` of real arrays."""
+    m = xp.maximum(a, b)
+    finite = xp.isfinite(m)
+    # exp(-|a - b|) as exp(-|a/2 - b/2|)**2: the halves cannot overflow
+    half = xp.exp(-xp.abs(xp.where(finite, a, 0.0) * 0.5 - xp.where(finite, b, 0.0) * 0.5))
+    return xp.where(finite, m + xp.log1p(half * half), m)
 
 
-def _logaddexp(a: Array, b: Array, xp: Namespace) -> Array:
-    """log(exp(a) + exp(b)), elementwise; -inf is the identity, +inf absorbs, NaN propagates."""
-    if xp.isdtype(a.dtype, "complex floating"):
-        a_larger = xp.real(a) >= xp.real(b)
-        big = xp.where(a_larger, a, b)
-        small = xp.where(a_larger, b, a)
-        out = big + xp.log1p(xp.exp(small - big))
-        # real part -inf on both sides: the sum is 0; +inf: the larger term alone
-        return xp.where(xp.isinf(xp.real(big)), big, out)
-    big = xp.maximum(a, b)
-    out = big + xp.log1p(xp.exp(-xp.abs(a - b)))
-    return xp.where(xp.isinf(big), big, out)
+def _wrap(y: Array, xp: Namespace) -> Array:
+    """Finite angles into (-pi, pi]."""
+    inside = (y > -math.pi) & (y <= math.pi)
+    return xp.where(inside, y, math.pi - xp.remainder(math.pi - y, 2 * math.pi))
+
+
+def _normalize_complex(z: Array, xp: Namespace) -> Array:
+    """``log(exp(z))`` of single elements, special values as described above."""
+    re, im = xp.real(z), xp.imag(z)
+    finite_im = xp.isfinite(im)
+    safe_im = xp.where(finite_im, im, 0.0)
+    out = z - xp.astype(safe_im - _wrap(safe_im, xp), z.dtype) * 1j
+    nan = xp.isnan(re) | (~finite_im & (re != -math.inf))
+    out = xp.where(nan, complex(math.nan, math.nan), out)
+    return xp.where(re == -math.inf, complex(-math.inf, 0.0), out)
+
+
+def _add_complex(a: Array, b: Array, xp: Namespace) -> Array:
+    """Associative ``log(exp(a) + exp(b))`` of normalized complex arrays."""
+    ar, br = xp.real(a), xp.real(b)
+    both = xp.isfinite(ar) & xp.isfinite(br)
+    m = xp.where(both, xp.maximum(ar, br), 0.0)
+    half_m = xp.astype(m * 0.5, a.dtype)
+    # exp(a - m) as exp(a/2 - m/2)**2: the halves cannot overflow
+    ea = xp.exp(xp.where(both, a, 0.0) * 0.5 - half_m)
+    eb = xp.exp(xp.where(both, b, 0.0) * 0.5 - half_m)
+    s = ea * ea + eb * eb
+    mc = xp.astype(m, a.dtype)
+    zero = s == 0
+    out = xp.where(zero, complex(-math.inf, 0.0), xp.log(xp.where(zero, 1.0, s)) + mc)
+    a_inf, b_inf = ar == math.inf, br == math.inf
+    clash = a_inf & b_inf & (xp.imag(a) != xp.imag(b))
+    inf = xp.where(clash, complex(math.inf, math.nan), xp.where(a_inf, a, b))
+    out = xp.where(a_inf | b_inf, inf, out)
+    out = xp.where(ar == -math.inf, b, xp.where(br == -math.inf, a, out))
+    return xp.where(xp.isnan(ar) | xp.isnan(br), complex(math.nan, math.nan), out)
 
 
 def logcumsumexp(x: Array, axis: int, exclusive: bool, reverse: bool, *, xp: Namespace) -> Array:
-    """Scan of `x` along `axis` (ndim >= 1, floating); arguments already validated."""
-    n = x.shape[axis]
-    if n == 0:
-        return xp.asarray(x, copy=True)
-    # The standard has no reversed views, so `reverse` flips here (the generic engine only).
-    y = xp.flip(x, axis=axis) if reverse else x
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf above is masked out
-        shift = 1
-        while shift < n:
-            head = y[_along(y.ndim, axis, slice(0, shift))]
-            tail = _logaddexp(
-                y[_along(y.ndim, axis, slice(0, n - shift))],
-                y[_along(y.ndim, axis, slice(shift, n))],
-                xp,
-            )
-            y = xp.concat([head, tail], axis=axis)
-            shift *= 2
-        if exclusive:
-            first = xp.full_like(y[_along(y.ndim, axis, slice(0, 1))], -xp.inf)
-            y = xp.concat([first, y[_along(y.ndim, axis, slice(0, n - 1))]], axis=axis)
+    """Hillis-Steele scan of `x` along `axis` with a stable logaddexp (log2(n) rounds)."""
+    complex_ = xp.isdtype(x.dtype, "complex floating")
+    add = _add_complex if complex_ else _add_real
+    y = xp.moveaxis(x, axis, -1)
+    n = y.shape[-1]
+    if n == 0 or math.prod(y.shape) == 0:
+        return xp.empty(x.shape, dtype=x.dtype, device=x.device)
+    # The standard has no reversed views (PyTorch has no negative steps), so `reverse` flips.
     if reverse:
-        y = xp.flip(y, axis=axis)
-    if xp.isdtype(y.dtype, "complex floating"):
-        # the principal branch: imaginary parts into (-pi, pi]
-        im = xp.imag(y)
-        wrapped = xp.atan2(xp.sin(im), xp.cos(im))
-        y = y - xp.astype(im - wrapped, y.dtype) * 1j
-    if y is x:
-        y = xp.asarray(x, copy=True)
-    return y
+        y = xp.flip(y, axis=-1)
+    if complex_:
+        y = _normalize_complex(y, xp)
+    d = 1
+    while d < n:
+        y = xp.concat([y[..., :d], add(y[..., :-d], y[..., d:], xp)], axis=-1)
+        d *= 2
+    if exclusive:
+        empty = complex(-math.inf, 0.0) if complex_ else -math.inf
+        start = xp.full((*y.shape[:-1], 1), empty, dtype=y.dtype, device=x.device)
+        y = xp.concat([start, y[..., :-1]], axis=-1)
+    if reverse:
+        y = xp.flip(y, axis=-1)
+    if n == 1 and not (exclusive or complex_):  # no operation made a new array yet
+        y = xp.asarray(y, copy=True)
+    return xp.moveaxis(y, -1, axis)

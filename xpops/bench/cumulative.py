@@ -1,5 +1,6 @@
 """Benchmark cases of logcumsumexp (read once, write once: compared with the copy rate)."""
 
+import os
 from typing import Any
 
 import xpops
@@ -40,6 +41,8 @@ def _peers(backend: str, x: Any, axis: int | None) -> dict[str, Any]:
     except ImportError:
         pass
     if backend == "cupy":
+        # JAX would otherwise reserve most of the GPU's memory for itself at import
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         try:
             import jax
             import jax.numpy as jnp
