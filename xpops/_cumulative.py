@@ -4,6 +4,7 @@ import operator
 from typing import Any
 
 from . import _backend
+from ._lib._compat import is_array_api_obj
 from ._lib._typing import Array, DType, Namespace
 
 __all__ = ["logcumsumexp"]
@@ -158,7 +159,7 @@ def logcumsumexp(
            [3.04858735, 4.04858735, 5.04858735]])
     """
     xp = _backend.get_namespace(x)
-    if not _compat_is_array(x):
+    if not is_array_api_obj(x):
         msg = f"`x` must be an array, got {type(x).__name__}"
         raise TypeError(msg)
     exclusive = _check_flag(exclusive, "exclusive")
@@ -195,9 +196,3 @@ def logcumsumexp(
     if out_shape is not None:
         out = xp.reshape(out, out_shape)
     return out
-
-
-def _compat_is_array(x: Any) -> bool:
-    from ._lib._compat import is_array_api_obj
-
-    return bool(is_array_api_obj(x))

@@ -198,9 +198,6 @@ __device__ __noinline__ Pair<T> exact_aggregate(const T* p, long long stride, in
 }
 
 // Sums of a run against its maximum `ref` (fast path), or its exact aggregate.
-template <typename T>
-__device__ __noinline__ Pair<T> exact_aggregate(const T* p, long long stride, int n);
-
 template <typename T, int N>
 __device__ __forceinline__ Pair<T> run_aggregate(const T* v, T* c, T& ref) {
     ref = v[0];

@@ -118,6 +118,15 @@ class _State:
 # ---- exact scans (slow path) ------------------------------------------------------------
 
 
+def _exp_shifted(src: np.ndarray, m: np.ndarray | None, out: np.ndarray, wide: type) -> None:
+    """``out = exp(src - m)`` in the wide dtype; ``exp(src)`` when `m` is None (all zero)."""
+    if m is None:
+        np.exp(src, out=out, dtype=wide)
+    else:
+        np.subtract(src, m, out=out)
+        np.exp(out, out=out)
+
+
 def _wrap(y: np.ndarray) -> np.ndarray:
     """Angles into (-pi, pi]."""
     inside = (y > -np.pi) & (y <= np.pi)
@@ -252,11 +261,7 @@ def _run_slab(S: np.ndarray, D: np.ndarray, wide: type) -> None:
         if st.fresh:
             st.start(Sb[:, 0])
         m = st.m[:, None, :] if st.shift else None
-        if m is None:
-            np.exp(Sb, out=Wb, dtype=wide)
-        else:
-            np.subtract(Sb, m, out=Wb)
-            np.exp(Wb, out=Wb)
+        _exp_shifted(Sb, m, Wb, wide)
         c = st.c
         first = rows[0] + c if real else np.abs(rows[0]) + np.abs(c)
         if not two_level:
@@ -320,11 +325,7 @@ def _rows_block(S, D, W, cols, rev, wide, st) -> None:
     if st.fresh:
         st.start(S[..., i0])
     m = st.m[..., None] if st.shift else None
-    if m is None:
-        np.exp(S, out=Wd, dtype=wide)
-    else:
-        np.subtract(S, m, out=Wd)
-        np.exp(Wd, out=Wd)
+    _exp_shifted(S, m, Wd, wide)
     c = st.c
     first = Wd[..., i0] + c if wide is np.float64 else np.abs(Wd[..., i0]) + np.abs(c)
     # chunk offsets first: the carry plus the totals of the chunks before (after, if rev) ...
