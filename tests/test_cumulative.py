@@ -756,6 +756,20 @@ def _kernel_cases():
                 (3, 1, 2),
             ],
         )
+        run = cc.COLUMN_BLOCK_ITEMS[name]
+        chunk_rows = cc.COLUMN_BLOCK_THREADS // 32 * run
+        yield (
+            "column_blocks",
+            name,
+            [
+                (1, 3),
+                (run - 1, 33),
+                (chunk_rows, 32),
+                (chunk_rows + 1, 31, 3),
+                (2 * chunk_rows + run + 1, 65),
+                (3, 1, 2),
+            ],
+        )
 
 
 @pytest.mark.parametrize("exclusive", [False, True])
@@ -768,7 +782,7 @@ def test_kernels_at_boundaries(cupy_only, exclusive, reverse):
     for kernel, name, shapes in _kernel_cases():
         atol = 1e-4 if name == "float32" else 1e-11  # results reach about 50
         for shape in shapes:
-            axis = 0 if kernel == "columns" else len(shape) - 1
+            axis = 0 if kernel.startswith("column") else len(shape) - 1
             x = (rng.standard_normal(shape) * 10).astype(name)
             _poison_pool(cupy, 2 * x.nbytes)
             got = cc.logcumsumexp(cupy.asarray(x), axis, exclusive, reverse, kernel=kernel)
@@ -776,15 +790,15 @@ def test_kernels_at_boundaries(cupy_only, exclusive, reverse):
             _assert_scan_equal(got.get(), want, atol)
 
 
-@pytest.mark.parametrize("kernel", ["tiles", "rows", "columns"])
+@pytest.mark.parametrize("kernel", ["tiles", "rows", "columns", "column_blocks"])
 def test_kernels_special_values(cupy_only, kernel):
     """NaN, +-inf and jumps of 2000 anywhere in a run take the exact path; results stay exact."""
     from xpops._cupy import cumulative as cc
 
     cupy = cupy_only
     rng = np.random.default_rng(11)
-    shape = (5000,) if kernel == "tiles" else ((200, 70) if kernel == "rows" else (70, 300))
-    axis = 0 if kernel == "columns" else len(shape) - 1
+    shape = {"tiles": (5000,), "rows": (200, 70)}.get(kernel, (300, 70))
+    axis = 0 if kernel.startswith("column") else len(shape) - 1
     for name in ("float32", "float64"):
         x = (rng.standard_normal(shape) * 10).astype(name)
         flat = x.reshape(-1)
@@ -811,7 +825,8 @@ def test_kernel_choice(cupy_only):
     assert choose_kernel((2**20,), 0) == "tiles"
     assert choose_kernel((2**20, 64), 1) == "rows"
     assert choose_kernel((64, 2**20), 1) == "tiles"
-    assert choose_kernel((8192, 32768), 0) == "columns"
+    assert choose_kernel((8192, 32768), 0) == "column_blocks"
+    assert choose_kernel((2**20, 16), 0) == "columns"
     assert choose_kernel((4, 5, 6), 1) == "columns"
 
 

@@ -26,17 +26,20 @@ import math
 import cupy
 import numpy as np
 
-# Launch constants, measured on an H100 (share of the copy rate, 2**28 float32 unless said):
+# Launch constants, measured on an H100 (share of the copy rate, 2**28 float32 unless said).
 BLOCK = 256  # threads per block of the columns kernel
-# tiles: 8192 float32 / 4096 float64 elements per block. The longer a row's chain of tiles, the
-# slower the look-back: with 4096-element tiles 1-D ran at 56-63%, rows of 8 tiles at 78%; with
-# 8192 (sums recomputed rather than kept in registers) 1-D ran at 69%, (8192, 32768) at 85%.
-# 512-thread blocks and a look-back by the whole block (window 256) measured no better.
+# tiles: TILES_BLOCK threads of TILE_ITEMS elements in registers, read and written as
+# TILE_VECTOR-element vectors: one 8192 float32 / 4096 float64 tile a block.
 TILES_BLOCK = 256
 TILE_ITEMS = {"float32": 32, "float64": 16}
+TILE_VECTOR = {"float32": 4, "float64": 2}
 ROWS_BLOCK = 128  # rows per block of the rows kernel
 ROW_CHUNK = {"float32": 32, "float64": 16}  # columns staged at once: 17 KiB of shared memory
 COLUMN_ITEMS = {"float32": 32, "float64": 16}  # rows per column tile
+# column_blocks: 32 columns a block, COLUMN_BLOCK_THREADS / 32 warps down the axis.
+COLUMN_BLOCK_THREADS = 256
+COLUMN_BLOCK_ITEMS = {"float32": 16, "float64": 8}
+COLUMN_BLOCKS_MIN_LANES = 16384
 # The rows kernel (a thread per row) takes rows up to ROWS_KERNEL_MAX_LEN long when there are
 # enough of them to fill the GPU; otherwise the tiles kernel splits rows among blocks. Measured
 # on an H100, float32, share of the copy rate: (2**20, 64) rows 74%; (65536, 512) rows 49%,
@@ -141,23 +144,6 @@ template <typename T> __device__ __forceinline__ bool fast_ok(T ref, T x0, Pair<
     return ref - low <= threshold<T>();
 }
 
-// Fast path: outputs of a run whose running sums against `ref` are c[], after the prefix P.
-template <typename T, int N>
-__device__ __forceinline__ void fast_outputs(const T* c, T ref, Pair<T> P, int exclusive,
-                                             T* o) {
-    const T R = P.m > ref ? P.m : ref;
-    const T a = (P.m == neg_inf<T>()) ? T(0) : P.s * xexp(P.m - R);
-    const T b = xexp(ref - R);
-#pragma unroll
-    for (int k = 0; k < N; ++k) {
-        if (exclusive) {
-            o[k] = (k == 0) ? value(P) : R + xlog(a + c[k - 1] * b);
-        } else {
-            o[k] = R + xlog(a + c[k] * b);
-        }
-    }
-}
-
 // Fast path with the sums against `ref` computed again from v[] instead of kept (registers).
 template <typename T, int N>
 __device__ __forceinline__ void fast_outputs_recompute(const T* v, T ref, Pair<T> P,
@@ -194,27 +180,6 @@ template <typename T>
 __device__ __noinline__ Pair<T> exact_aggregate(const T* p, long long stride, int n) {
     Pair<T> agg = identity<T>();
     for (int k = 0; k < n; ++k) agg = combine(agg, Pair<T>{p[k * stride], T(1)});
-    return agg;
-}
-
-// Sums of a run against its maximum `ref` (fast path), or its exact aggregate.
-template <typename T, int N>
-__device__ __forceinline__ Pair<T> run_aggregate(const T* v, T* c, T& ref) {
-    ref = v[0];
-#pragma unroll
-    for (int k = 1; k < N; ++k) ref = nan_max(ref, v[k]);
-    if (isfinite(ref)) {
-        T acc = T(0);
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            acc += xexp(v[k] - ref);
-            c[k] = acc;
-        }
-        return Pair<T>{ref, acc};
-    }
-    Pair<T> agg = identity<T>();
-#pragma unroll
-    for (int k = 0; k < N; ++k) agg = combine(agg, Pair<T>{v[k], T(1)});
     return agg;
 }
 
@@ -274,156 +239,218 @@ __device__ __forceinline__ Pair<T> warp_look_back(long long tile, long long firs
 __device__ __forceinline__ int padded(int i) { return i + (i >> 5); }
 
 // ---- tiles: long rows, decoupled look-back ------------------------------------------------
-template <typename T, int ITEMS>
-__global__ void __launch_bounds__(TILES_BLOCK)
+// A tile is ROUNDS x THREADS chunks of VEC consecutive elements: in round k thread t holds
+// chunk k * THREADS + t, so every load and store of a warp is one contiguous vector access and
+// the data stay in registers (no shared-memory staging). The tile's sums are taken against its
+// maximum B; with the prefix P of the earlier tiles every output is
+//     R + log(A + beta * (S + c)),  R = max(P.m, B),  A = P.s exp(P.m - R),  beta = exp(B - R),
+// S the sum of the chunks before and c the running sum within the chunk. This is exact when no
+// output is below B - THRESHOLD: every output is at least max(value(P), first element of the
+// tile). Otherwise (and for NaN, +inf) the tile is scanned again with pairwise combines.
+template <typename T> struct Vec;
+template <> struct Vec<float> { using type = float4; static constexpr int N = 4; };
+template <> struct Vec<double> { using type = double2; static constexpr int N = 2; };
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load_chunk(const T* __restrict__ xr, long long L, long long l0,
+                                           int reverse, bool vector, T* v) {
+    using V = typename Vec<T>::type;
+    if (vector) {  // whole chunk in range and aligned
+        const V w = *reinterpret_cast<const V*>(xr + (reverse ? L - VEC - l0 : l0));
+        const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = e[reverse ? VEC - 1 - j : j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const long long l = l0 + j;
+            v[j] = l < L ? xr[reverse ? L - 1 - l : l] : neg_inf<T>();
+        }
+    }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_chunk(T* __restrict__ outr, long long L, long long l0,
+                                            int reverse, bool vector, const T* v) {
+    using V = typename Vec<T>::type;
+    if (vector) {
+        V w;
+        T* e = reinterpret_cast<T*>(&w);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) e[reverse ? VEC - 1 - j : j] = v[j];
+        *reinterpret_cast<V*>(outr + (reverse ? L - VEC - l0 : l0)) = w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const long long l = l0 + j;
+            if (l < L) outr[reverse ? L - 1 - l : l] = v[j];
+        }
+    }
+}
+
+// The exact path of a tile: each warp scans TILE / WARPS consecutive elements with pairwise
+// combines, from P and the aggregates of the earlier warps' segments.
+template <typename T, int TILE, int THREADS>
+__device__ __noinline__ void exact_tile(const T* __restrict__ xr, T* __restrict__ outr,
+                                        long long L, long long start, Pair<T> P,
+                                        int exclusive, int reverse, Pair<T>* seg_agg) {
+    constexpr int WARPS = THREADS / 32, SEG = TILE / WARPS;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const long long s0 = start + (long long)warp * SEG;
+    Pair<T> agg = identity<T>();
+    for (int i = lane; i < SEG; i += 32) {
+        const long long l = s0 + i;
+        if (l < L) agg = combine(agg, Pair<T>{xr[reverse ? L - 1 - l : l], T(1)});
+    }
+    agg = warp_reduce(agg);
+    if (lane == 0) seg_agg[warp] = agg;
+    __syncthreads();
+    Pair<T> carry = P;
+    for (int w = 0; w < warp; ++w) carry = combine(carry, seg_agg[w]);
+    for (int i0 = 0; i0 < SEG; i0 += 32) {
+        const long long l = s0 + i0 + lane;
+        const T xv = l < L ? xr[reverse ? L - 1 - l : l] : neg_inf<T>();
+        const Pair<T> incl = warp_inclusive_scan(Pair<T>{xv, T(1)}, lane);
+        Pair<T> ex = shfl_up_pair(incl, 1);
+        if (lane == 0) ex = identity<T>();
+        const T o = value(combine(carry, exclusive ? ex : incl));
+        if (l < L) outr[reverse ? L - 1 - l : l] = o;
+        carry = combine(carry, shfl_pair(incl, 31));
+    }
+}
+
+template <typename T, int ROUNDS, int THREADS>
+__global__ void __launch_bounds__(THREADS)
 xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const long long L,
                          const long long tiles_per_row, const int exclusive, const int reverse,
-                         unsigned int* __restrict__ counter, Pair<T>* __restrict__ aggs,
+                         unsigned long long* __restrict__ counter, Pair<T>* __restrict__ aggs,
                          Pair<T>* __restrict__ incls) {
-    constexpr int TILE = TILES_BLOCK * ITEMS;
-    constexpr int WARPS = TILES_BLOCK / 32;
-    static_assert(ITEMS <= 32 && 32 % ITEMS == 0, "a thread's items share one padding offset");
-    __shared__ T buf[TILE + TILE / 32];
-    __shared__ T warp_max_sh[WARPS], warp_first_sh[WARPS], warp_sum_sh[WARPS];
-    __shared__ Pair<T> warp_tot[WARPS];
-    __shared__ Pair<T> prefix_sh;
-    __shared__ unsigned int tile_id;
+    constexpr int VEC = Vec<T>::N, WARPS = THREADS / 32, TILE = ROUNDS * THREADS * VEC;
+    static_assert(ROUNDS * WARPS <= 64, "warp 0 scans the chunk sums two to a lane");
+    __shared__ T warp_max_sh[WARPS], sums_sh[ROUNDS * WARPS];
+    __shared__ T first_sh;
+    __shared__ Pair<T> prefix_sh, seg_agg[WARPS];
+    __shared__ unsigned long long tile_sh;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     // tiles are numbered in the order blocks start, so every predecessor is running or done
-    if (tid == 0) tile_id = atomicAdd(counter, 1u);
+    if (tid == 0) tile_sh = atomicAdd(counter, 1ull);
     __syncthreads();
-    const long long tile = tile_id;
+    const long long tile = tile_sh;
     const long long r = tile / tiles_per_row, q = tile % tiles_per_row;
     const long long start = q * TILE;
-    const int count = (int)min((long long)TILE, L - start);
     const T* xr = x + r * L;
     T* outr = out + r * L;
+    constexpr unsigned long long ALIGN = sizeof(T) * VEC;
+    // vector access when the whole tile is in range and the chunks are aligned (the same for
+    // every chunk of the tile: they start VEC elements apart)
+    const bool full = start + TILE <= L;
+    const bool vload =
+        full && (reinterpret_cast<unsigned long long>(reverse ? xr + L - start : xr + start) %
+                 ALIGN) == 0;
+    const bool vstore =
+        full && (reinterpret_cast<unsigned long long>(reverse ? outr + L - start : outr + start) %
+                 ALIGN) == 0;
 
+    T v[ROUNDS][VEC];
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-        const int idx = k * TILES_BLOCK + tid;
-        T v = neg_inf<T>();
-        if (idx < count) {
-            const long long l = start + idx;
-            v = xr[reverse ? L - 1 - l : l];
-        }
-        buf[padded(idx)] = v;
+    for (int k = 0; k < ROUNDS; ++k) {
+        load_chunk<T, VEC>(xr, L, start + ((long long)k * THREADS + tid) * VEC, reverse, vload,
+                           v[k]);
     }
+    T m = v[0][0];
+#pragma unroll
+    for (int k = 0; k < ROUNDS; ++k)
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) m = nan_max(m, v[k][j]);
+    m = warp_max(m);
+    if (lane == 0) warp_max_sh[warp] = m;
+    if (tid == 0) first_sh = v[0][0];
     __syncthreads();
+    T B = warp_max_sh[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) B = nan_max(B, warp_max_sh[w]);
 
-    // float32 recomputes exp(v - ref) for the outputs (one more ex2 per element, which is
-    // cheap) instead of keeping the sums: that leaves registers for 32 items a thread
-    constexpr bool RECOMPUTE = sizeof(T) == 4;
-    T* const slot = &buf[padded(tid * ITEMS)];
-    const bool idle = tid * ITEMS >= count;  // past the end of a short last tile
-    T v[ITEMS], c[RECOMPUTE ? 1 : ITEMS];
+    // running sums against B, in place; the chunk sums scanned across each warp
+    T chunk_excl[ROUNDS];
+    if (isfinite(B)) {
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) v[k] = slot[k];
-    T ref = neg_inf<T>();
-    Pair<T> agg = identity<T>();
-    if (!idle) {
-        if (RECOMPUTE) {
-            ref = v[0];
+        for (int k = 0; k < ROUNDS; ++k) {
+            T acc = T(0);
 #pragma unroll
-            for (int k = 1; k < ITEMS; ++k) ref = nan_max(ref, v[k]);
-            if (isfinite(ref)) {
-                T acc = T(0);
-#pragma unroll
-                for (int k = 0; k < ITEMS; ++k) acc += xexp(v[k] - ref);
-                agg = Pair<T>{ref, acc};
-            } else {
-                agg = exact_aggregate(slot, 1, ITEMS);
+            for (int j = 0; j < VEC; ++j) {
+                acc += xexp(v[k][j] - B);
+                v[k][j] = acc;
             }
-        } else {
-            agg = run_aggregate<T, ITEMS>(v, c, ref);
+            const T incl = warp_inclusive_sum(acc, lane);
+            if (lane == 31) sums_sh[k * WARPS + warp] = incl;
+            // shifted, not incl - acc: that cancels when this chunk dwarfs the ones before
+            const T ex = __shfl_up_sync(FULL_MASK, incl, 1);
+            chunk_excl[k] = lane == 0 ? T(0) : ex;
         }
     }
+    __syncthreads();
 
-    // Block scan. Fast: every thread's sum against the block maximum B, added as plain numbers;
-    // valid when the first thread holding anything above -inf is within THRESHOLD of B (the
-    // exclusive prefixes only grow from there). Otherwise: pairwise combines.
-    const T wm = warp_max(agg.m);
-    const unsigned any = __ballot_sync(FULL_MASK, agg.m != neg_inf<T>());
-    const T wfirst = any ? __shfl_sync(FULL_MASK, agg.m, __ffs(any) - 1) : neg_inf<T>();
-    if (lane == 0) {
-        warp_max_sh[warp] = wm;
-        warp_first_sh[warp] = wfirst;
-    }
-    __syncthreads();
-    T B = neg_inf<T>(), first = neg_inf<T>();
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) {
-        B = nan_max(B, warp_max_sh[w]);
-        if (first == neg_inf<T>()) first = warp_first_sh[w];
-    }
-    const bool block_fast = isfinite(B) && first >= B - threshold<T>();
-    Pair<T> thread_excl, block_total;
-    if (block_fast) {
-        const T d = (agg.m == neg_inf<T>()) ? T(0) : agg.s * xexp(agg.m - B);
-        const T incl = warp_inclusive_sum(d, lane);
-        if (lane == 31) warp_sum_sh[warp] = incl;
-        T ex = __shfl_up_sync(FULL_MASK, incl, 1);
-        if (lane == 0) ex = T(0);
-        __syncthreads();
-        T before = T(0), total = T(0);
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            if (w < warp) before += warp_sum_sh[w];
-            total += warp_sum_sh[w];
-        }
-        const T S = before + ex;
-        // S is exactly 0 only when every earlier element is -inf
-        thread_excl = S == T(0) ? identity<T>() : Pair<T>{B, S};
-        block_total = Pair<T>{B, total};
-    } else {
-        const Pair<T> incl = warp_inclusive_scan(agg, lane);
-        if (lane == 31) warp_tot[warp] = incl;
-        Pair<T> ex = shfl_up_pair(incl, 1);
-        if (lane == 0) ex = identity<T>();
-        __syncthreads();
-        Pair<T> before = identity<T>();
-        block_total = identity<T>();
-        for (int w = 0; w < WARPS; ++w) {
-            if (w < warp) before = combine(before, warp_tot[w]);
-            block_total = combine(block_total, warp_tot[w]);
-        }
-        thread_excl = combine(before, ex);
-    }
-
-    Pair<T> tile_prefix = identity<T>();
-    if (q == 0) {
-        if (tid == 0) publish(&incls[tile], block_total);
-    } else {
-        if (tid == 0) publish(&aggs[tile], block_total);
-        if (warp == 0) {
-            const Pair<T> pw = warp_look_back(tile, r * tiles_per_row, lane, aggs, incls);
-            if (lane == 0) prefix_sh = pw;
-        }
-        __syncthreads();
-        tile_prefix = prefix_sh;
-        if (tid == 0) publish(&incls[tile], combine(tile_prefix, block_total));
-    }
-    __syncthreads();
-    const Pair<T> P = combine(tile_prefix, thread_excl);
-    if (idle) {
-    } else if (fast_ok(ref, v[0], P)) {
-        if (RECOMPUTE) {
-            fast_outputs_recompute<T, ITEMS>(v, ref, P, exclusive, slot);
+    // warp 0: exclusive sums of the ROUNDS x WARPS warp totals in tile order, the tile's
+    // aggregate, and the look-back
+    if (warp == 0) {
+        Pair<T> total;
+        if (isfinite(B)) {
+            const int i0 = 2 * lane;
+            const T a0 = i0 < ROUNDS * WARPS ? sums_sh[i0] : T(0);
+            const T a1 = i0 + 1 < ROUNDS * WARPS ? sums_sh[i0 + 1] : T(0);
+            const T incl = warp_inclusive_sum(a0 + a1, lane);
+            const T up = __shfl_up_sync(FULL_MASK, incl, 1);
+            const T before = lane == 0 ? T(0) : up;
+            __syncwarp();
+            if (i0 < ROUNDS * WARPS) sums_sh[i0] = before;
+            if (i0 + 1 < ROUNDS * WARPS) sums_sh[i0 + 1] = before + a0;
+            total = Pair<T>{B, __shfl_sync(FULL_MASK, incl, 31)};
+        } else if (isnan(B)) {
+            total = Pair<T>{qnan<T>(), T(1)};
+        } else if (B == pos_inf<T>()) {
+            total = Pair<T>{pos_inf<T>(), T(1)};
         } else {
-            fast_outputs<T, ITEMS>(c, ref, P, exclusive, slot);
+            total = identity<T>();  // every element -inf
         }
-    } else {
-        exact_run(slot, 1, ITEMS, P, exclusive);
+        Pair<T> prefix = identity<T>();
+        if (q == 0) {
+            if (lane == 0) publish(&incls[tile], total);
+        } else {
+            if (lane == 0) publish(&aggs[tile], total);
+            prefix = warp_look_back(tile, r * tiles_per_row, lane, aggs, incls);
+            if (lane == 0) publish(&incls[tile], combine(prefix, total));
+        }
+        if (lane == 0) prefix_sh = prefix;
     }
     __syncthreads();
+    const Pair<T> P = prefix_sh;
+    const T plog = value(P);
+    const T low = plog > first_sh ? plog : first_sh;
+    const bool fast = isfinite(B) && !isnan(plog) && plog != pos_inf<T>() &&
+                      low >= B - threshold<T>();
+    if (!fast) {
+        exact_tile<T, TILE, THREADS>(xr, outr, L, start, P, exclusive, reverse, seg_agg);
+        return;
+    }
+    const T R = P.m > B ? P.m : B;
+    const T A = (P.m == neg_inf<T>()) ? T(0) : P.s * xexp(P.m - R);
+    const T beta = xexp(B - R);
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-        const int idx = k * TILES_BLOCK + tid;
-        if (idx < count) {
-            const long long l = start + idx;
-            outr[reverse ? L - 1 - l : l] = buf[padded(idx)];
+    for (int k = 0; k < ROUNDS; ++k) {
+        const T S = sums_sh[k * WARPS + warp] + chunk_excl[k];
+        T o[VEC];
+        T prev = S;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const T c = S + v[k][j];
+            o[j] = R + xlog(A + beta * (exclusive ? prev : c));
+            prev = c;
         }
+        // the tile's first exclusive output is P alone, which may lie below B - THRESHOLD
+        if (exclusive && k == 0 && tid == 0) o[0] = plog;
+        store_chunk<T, VEC>(outr, L, start + ((long long)k * THREADS + tid) * VEC, reverse,
+                            vstore, o);
     }
 }
 
@@ -494,11 +521,11 @@ __global__ void __launch_bounds__(BLOCK)
 xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const long long L,
                            const long long inner, const long long lanes,
                            const long long groups, const int exclusive, const int reverse,
-                           unsigned int* __restrict__ counter, Pair<T>* __restrict__ aggs,
+                           unsigned long long* __restrict__ counter, Pair<T>* __restrict__ aggs,
                            Pair<T>* __restrict__ incls) {
-    __shared__ unsigned int tile_id;
+    __shared__ unsigned long long tile_id;
     const int tid = threadIdx.x;
-    if (tid == 0) tile_id = atomicAdd(counter, 1u);
+    if (tid == 0) tile_id = atomicAdd(counter, 1ull);
     __syncthreads();
     const long long tile = tile_id;
     const long long q = tile / groups, g = tile % groups;
@@ -565,6 +592,101 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
         exact_run(outc + first, step, count, prefix, exclusive);
     }
 }
+
+// ---- column_blocks: a strided axis with many columns, no look-back ---------------------------
+// A block owns 32 adjacent columns for the whole axis: its warps take consecutive runs of
+// ITEMS rows (each warp reads 32 adjacent elements per row), the runs are combined across
+// warps through shared memory, and the carry moves down the axis in registers. No state in
+// global memory, so nothing to clear before the launch.
+template <typename T, int ITEMS, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+xpops_logcumsumexp_column_blocks(const T* __restrict__ x, T* __restrict__ out,
+                                 const long long L, const long long inner,
+                                 const long long lanes, const int exclusive, const int reverse) {
+    constexpr int WARPS = THREADS / 32;
+    __shared__ T run_sum[WARPS][32];
+    __shared__ Pair<T> run_agg[WARPS][32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long lane_id = (long long)blockIdx.x * 32 + lane;
+    const bool active = lane_id < lanes;
+    const long long o_idx = active ? lane_id / inner : 0, i_idx = active ? lane_id % inner : 0;
+    const T* xc = x + o_idx * L * inner + i_idx;
+    T* oc = out + o_idx * L * inner + i_idx;
+    Pair<T> carry = identity<T>();
+    for (long long base = 0; base < L; base += (long long)WARPS * ITEMS) {
+        const long long start = base + (long long)warp * ITEMS;
+        const int count = active ? (int)max(0LL, min((long long)ITEMS, L - start)) : 0;
+        T v[ITEMS];
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const long long l = start + k;
+            v[k] = k < count ? xc[(reverse ? L - 1 - l : l) * inner] : neg_inf<T>();
+        }
+        T ref = v[0];
+#pragma unroll
+        for (int k = 1; k < ITEMS; ++k) ref = nan_max(ref, v[k]);
+        Pair<T> agg;
+        if (isfinite(ref)) {
+            T acc = T(0);
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) acc += xexp(v[k] - ref);
+            agg = Pair<T>{ref, acc};
+        } else {
+            agg = exact_aggregate(xc + (reverse ? L - 1 - start : start) * inner,
+                                  reverse ? -inner : inner, count);
+        }
+        // Combine the warps' runs of this column: as plain sums against their maximum when the
+        // first run holding anything above -inf is within THRESHOLD of it (as in the tiles
+        // kernel), else pairwise.
+        run_agg[warp][lane] = agg;
+        __syncthreads();
+        T M = neg_inf<T>(), first = neg_inf<T>();
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const T m = run_agg[w][lane].m;
+            M = nan_max(M, m);
+            if (first == neg_inf<T>()) first = m;
+        }
+        const bool sums = isfinite(M) && first >= M - threshold<T>();
+        if (sums) run_sum[warp][lane] = (agg.m == neg_inf<T>()) ? T(0) : agg.s * xexp(agg.m - M);
+        __syncthreads();
+        Pair<T> before = identity<T>(), chunk = identity<T>();
+        if (sums) {
+            T b = T(0), t = T(0);
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                const T d = run_sum[w][lane];
+                if (w < warp) b += d;
+                t += d;
+            }
+            if (b != T(0)) before = Pair<T>{M, b};  // 0 only when every earlier run is -inf
+            chunk = Pair<T>{M, t};
+        } else {
+            for (int w = 0; w < WARPS; ++w) {
+                const Pair<T> p = run_agg[w][lane];
+                if (w < warp) before = combine(before, p);
+                chunk = combine(chunk, p);
+            }
+        }
+        const Pair<T> P = combine(carry, before);
+        carry = combine(carry, chunk);
+        if (fast_ok(ref, v[0], P)) {
+            T o[ITEMS];
+            fast_outputs_recompute<T, ITEMS>(v, ref, P, exclusive, o);
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const long long l = start + k;
+                if (k < count) oc[(reverse ? L - 1 - l : l) * inner] = o[k];
+            }
+        } else if (count > 0) {
+            const long long step = reverse ? -inner : inner;
+            const long long first_at = (reverse ? L - 1 - start : start) * inner;
+            for (int k = 0; k < count; ++k) oc[first_at + k * step] = xc[first_at + k * step];
+            exact_run(oc + first_at, step, count, P, exclusive);
+        }
+        __syncthreads();  // the shared arrays are refilled by the next chunk
+    }
+}
 """
 
 _CTYPES = {"float32": "float", "float64": "double"}
@@ -573,44 +695,45 @@ _CTYPES = {"float32": "float", "float64": "double"}
 def _names(dtype_name: str) -> dict[str, str]:
     t = _CTYPES[dtype_name]
     return {
-        "tiles": f"xpops_logcumsumexp_tiles<{t}, {TILE_ITEMS[dtype_name]}>",
+        "tiles": (
+            f"xpops_logcumsumexp_tiles<{t}, {TILE_ITEMS[dtype_name] // TILE_VECTOR[dtype_name]}, "
+            f"{TILES_BLOCK}>"
+        ),
         "rows": f"xpops_logcumsumexp_rows<{t}, {ROW_CHUNK[dtype_name]}>",
         "columns": f"xpops_logcumsumexp_columns<{t}, {COLUMN_ITEMS[dtype_name]}>",
+        "column_blocks": (
+            f"xpops_logcumsumexp_column_blocks<{t}, {COLUMN_BLOCK_ITEMS[dtype_name]}, "
+            f"{COLUMN_BLOCK_THREADS}>"
+        ),
     }
+
+
+_OPTIONS = ("-std=c++17", f"-DBLOCK={BLOCK}", f"-DROWS_BLOCK={ROWS_BLOCK}")
 
 
 @cupy.memoize(for_each_device=True)
 def _kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
     names = _names(dtype_name)
-    module = cupy.RawModule(
-        code=_SOURCE,
-        options=(
-            "-std=c++17",
-            f"-DBLOCK={BLOCK}",
-            f"-DTILES_BLOCK={TILES_BLOCK}",
-            f"-DROWS_BLOCK={ROWS_BLOCK}",
-        ),
-        name_expressions=list(names.values()),
-    )
+    module = cupy.RawModule(code=_SOURCE, options=_OPTIONS, name_expressions=list(names.values()))
     return {key: module.get_function(name) for key, name in names.items()}
 
 
 def _look_back_state(slots: int, dtype: np.dtype) -> tuple[cupy.ndarray, ...]:
     """A zero tile counter and two arrays of `slots` (m, s) pairs set to all-one bits."""
-    counter = cupy.zeros(1, dtype=np.uint32)
+    counter = cupy.zeros(1, dtype=np.uint64)
     pairs = cupy.empty(4 * slots, dtype=dtype)
     stream = cupy.cuda.get_current_stream().ptr
     cupy.cuda.runtime.memsetAsync(pairs.data.ptr, 0xFF, pairs.nbytes, stream)
     return counter, pairs[: 2 * slots], pairs[2 * slots :]
 
 
-def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items):
-    tiles_per_row = -(-L // (TILES_BLOCK * items))
+def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items, threads=TILES_BLOCK):
+    tiles_per_row = -(-L // (threads * items))
     tiles = rows * tiles_per_row
     counter, aggs, incls = _look_back_state(tiles, x.dtype)
     kernel(
         (tiles,),
-        (TILES_BLOCK,),
+        (threads,),
         (
             x,
             out,
@@ -657,20 +780,38 @@ def _scan_columns(x, out, outer, L, inner, exclusive, reverse, kernel, items):
     )
 
 
+def _scan_column_blocks(x, out, outer, L, inner, exclusive, reverse, kernel, threads=None):
+    lanes = outer * inner
+    kernel(
+        (-(-lanes // 32),),
+        (threads or COLUMN_BLOCK_THREADS,),
+        (
+            x,
+            out,
+            np.int64(L),
+            np.int64(inner),
+            np.int64(lanes),
+            np.int32(exclusive),
+            np.int32(reverse),
+        ),
+    )
+
+
 def choose_kernel(shape: tuple[int, ...], axis: int) -> str:
     """Which kernel scans `axis` of a C-contiguous array of `shape`."""
     inner = math.prod(shape[axis + 1 :])
+    outer = math.prod(shape[:axis])
     if inner > 1:
-        return "columns"
-    rows = math.prod(shape[:axis])
-    short = shape[axis] <= ROWS_KERNEL_MAX_LEN and rows >= ROWS_KERNEL_MIN_ROWS
+        return "column_blocks" if outer * inner >= COLUMN_BLOCKS_MIN_LANES else "columns"
+    short = shape[axis] <= ROWS_KERNEL_MAX_LEN and outer >= ROWS_KERNEL_MIN_ROWS
     return "rows" if short else "tiles"
 
 
 def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, kernel=None):
     """Scan `axis` of `x` (float32/float64/complex, ndim >= 1); arguments already validated.
 
-    `kernel` (tests and benchmarks only) forces ``"tiles"``, ``"rows"`` or ``"columns"``.
+    `kernel` (tests and benchmarks only) forces ``"tiles"``, ``"rows"``, ``"columns"`` or
+    ``"column_blocks"``.
     """
     if x.dtype.kind == "c":
         # No complex kernel yet: the generic engine runs on CuPy arrays.
@@ -694,6 +835,8 @@ def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, ker
         _scan_columns(
             x, out, outer, L, inner, exclusive, reverse, kernels["columns"], COLUMN_ITEMS[name]
         )
+    elif kind == "column_blocks":
+        _scan_column_blocks(x, out, outer, L, inner, exclusive, reverse, kernels["column_blocks"])
     elif kind == "rows":
         _scan_rows(x, out, outer * inner, L, exclusive, reverse, kernels["rows"])
     else:
