@@ -732,7 +732,16 @@ def _kernel_cases():
         yield (
             "tiles",
             name,
-            [(1,), (tile - 1,), (tile,), (tile + 1,), (3 * tile + 5,), (3, 2 * tile + 1)],
+            # the last: rows long enough for the L2 prefetch
+            [
+                (1,),
+                (tile - 1,),
+                (tile,),
+                (tile + 1,),
+                (3 * tile + 5,),
+                (3, 2 * tile + 1),
+                (2, (cc.TILES_PREFETCH_MIN_TILES + 3) * tile + 7),
+            ],
         )
         yield (
             "rows",
