@@ -5,29 +5,13 @@ from typing import Any
 
 from . import _backend
 from ._lib._compat import is_array_api_obj
+from ._lib._dtypes import default_float as _default_float
+from ._lib._dtypes import is_dtype as _is_dtype
+from ._lib._dtypes import is_low_precision as _low_precision
 from ._lib._typing import Array, DType, Namespace
+from ._lib._validation import as_bool as _check_flag
 
 __all__ = ["logcumsumexp"]
-
-
-def _is_dtype(xp: Namespace, dtype: DType, kind: str | tuple[str, ...]) -> bool:
-    try:
-        return bool(xp.isdtype(dtype, kind))
-    except (TypeError, ValueError, AttributeError):  # AttributeError: PyTorch given a str
-        return False
-
-
-def _low_precision(xp: Namespace, dtype: DType) -> bool:
-    """float16 and bfloat16 accumulate in float32."""
-    names = ("float16", "bfloat16")
-    return any(hasattr(xp, n) and dtype == getattr(xp, n) for n in names)
-
-
-def _default_float(xp: Namespace, x: Array) -> DType:
-    try:
-        return xp.__array_namespace_info__().default_dtypes(device=x.device)["real floating"]
-    except (AttributeError, TypeError):
-        return xp.float64
 
 
 def _resolve_dtypes(xp: Namespace, x: Array, dtype: DType) -> tuple[DType, DType]:
@@ -60,13 +44,6 @@ def _normalize_axis(axis: Any, ndim: int) -> int:
         msg = f"`axis` {axis} is out of bounds for an array of dimension {ndim}"
         raise ValueError(msg)
     return axis % bound
-
-
-def _check_flag(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        msg = f"`{name}` must be a bool, got {type(value).__name__} {value!r}"
-        raise TypeError(msg)
-    return value
 
 
 def logcumsumexp(

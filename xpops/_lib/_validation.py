@@ -21,3 +21,11 @@ def as_nonnegative_int(value: Any, name: str) -> int:
         msg = f"`{name}` must be non-negative, got {result}"
         raise ValueError(msg)
     return result
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """Return `value` if it is a Python bool; anything else is a `TypeError`."""
+    if not isinstance(value, bool):
+        msg = f"`{name}` must be a bool, got {type(value).__name__} {value!r}"
+        raise TypeError(msg)
+    return value

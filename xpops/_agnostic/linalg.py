@@ -1,0 +1,55 @@
+"""Generic array-API engine of cholesky_solve and of the internal triangular solve.
+
+The array API standard has no triangular solve, so each one is ``xp.linalg.solve`` on the
+triangle (``xp.tril``/``xp.triu`` select it, so junk and NaN in the other triangle are never
+read: a multiplication by a 0/1 mask would turn NaN into NaN, not 0). A general solve pivots
+and raises on a singular matrix; a zero on the diagonal is therefore found first, that
+diagonal entry replaced by 1, and the systems concerned set to NaN afterwards, so that they
+give NaN (LAPACK gives inf or NaN) and the others are untouched. PyTorch has its own
+``torch.linalg.solve_triangular`` (BLAS trsm on the CPU), which is used instead.
+"""
+
+import math
+
+from .._lib._compat import is_torch_namespace
+from .._lib._typing import Array, Namespace
+
+__all__ = ["cholesky_solve", "solve_triangular"]
+
+
+def _solve_torch(b: Array, a: Array, lower: bool, conj_trans: bool) -> Array:
+    import torch
+
+    if conj_trans:
+        out = torch.linalg.solve_triangular(a.mH, b, upper=lower)
+    else:
+        out = torch.linalg.solve_triangular(a, b, upper=not lower)
+    return out.contiguous()
+
+
+def solve_triangular(b: Array, a: Array, lower: bool, conj_trans: bool, *, xp: Namespace) -> Array:
+    """Solve ``op(a) X = b``, ``op(a) = a^H`` if `conj_trans`; a (*, M, M), b (*, M, K)."""
+    if is_torch_namespace(xp):
+        return _solve_torch(b, a, lower, conj_trans)
+    m = a.shape[-1]
+    t = xp.tril(a) if lower else xp.triu(a)
+    diag = xp.linalg.diagonal(a)
+    zero = diag == 0
+    singular = xp.any(zero, axis=-1)
+    eye = xp.eye(m, dtype=xp.bool, device=a.device)
+    t = xp.where(eye & zero[..., None, :], xp.asarray(1, dtype=a.dtype, device=a.device), t)
+    t = xp.matrix_transpose(t) if conj_trans else t
+    if conj_trans and xp.isdtype(t.dtype, "complex floating"):
+        t = xp.conj(t)
+    out = xp.linalg.solve(t, b)
+    nan = xp.asarray(math.nan, dtype=out.dtype, device=a.device)
+    return xp.where(singular[..., None, None], nan, out)
+
+
+def cholesky_solve(x: Array, y: Array, upper: bool, *, xp: Namespace) -> Array:
+    """Two triangular solves: ``y y^H`` (or ``y^H y`` if `upper`) ``X = x``."""
+    if upper:
+        z = solve_triangular(x, y, False, True, xp=xp)
+        return solve_triangular(z, y, False, False, xp=xp)
+    z = solve_triangular(x, y, True, False, xp=xp)
+    return solve_triangular(z, y, True, True, xp=xp)

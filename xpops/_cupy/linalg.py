@@ -1,0 +1,326 @@
+"""CuPy engine of cholesky_solve: a fused kernel for small systems, cuBLAS trsm for large ones.
+
+``small``: for M up to SMALL_MAX_M. A group of G = min(32, M_MAX) lanes solves one system
+(M_MAX the power of two at or above M; each lane owns M_MAX / G rows). The group copies the
+used triangle of its factor into shared memory, packed row by row (the other triangle is never
+read), then runs forward and back substitution on KC right-hand sides at a time held in
+registers: at step j the owner of row j scales it by the stored reciprocal of the diagonal,
+broadcasts it with a shuffle, and every lane updates its rows from the shared triangle. One
+launch covers the whole batch; broadcast batch dimensions are followed through index arrays,
+never copied.
+
+``blas``: larger M: the right-hand sides are copied (broadcast) once into column-major order,
+then two in-place left-side cuBLAS ``trsm`` calls (``trsmBatched`` over a pointer array when
+there is more than one system; a broadcast factor is the same pointer repeated). The buffer of
+a row-major factor is its transpose to cuBLAS, so ``L Y = B`` is ``trsm`` with ``op = T`` on
+``L^T``, and ``L^H X = Y`` (``conj(L^T) X = Y``) is ``L^T conj(X) = conj(Y)``. On an H100
+left-side solves ran 20% faster than right-side ones on the row-major data (4096, K = 256).
+"""
+
+import math
+
+import cupy
+import numpy as np
+
+# Systems with M <= SMALL_MAX_M use the fused kernel. Measured on an H100: (100000, 16, 16)
+# K=1 0.12 ms against 0.56 ms for batched trsm; (10000, 64, 64) K=8 0.22 / 0.42 ms (float32 /
+# float64) against 0.53 / 0.91 ms. Above 64 its registers (2 rows x KC columns a lane) and
+# shared memory (the packed triangle) run out.
+SMALL_MAX_M = 64
+SMALL_THREADS = 256  # at most this many threads a block
+SMALL_SMEM = 24576  # bytes of packed triangles a block
+SMALL_COLUMNS = 4  # right-hand sides a lane holds at once when K > 1
+
+_SOURCE = r"""
+template <typename R> struct Cplx { R re, im; };
+
+__device__ __forceinline__ float conj_(float a) { return a; }
+__device__ __forceinline__ double conj_(double a) { return a; }
+template <typename R> __device__ __forceinline__ Cplx<R> conj_(Cplx<R> a) {
+    return Cplx<R>{a.re, -a.im};
+}
+__device__ __forceinline__ float mul(float a, float b) { return a * b; }
+__device__ __forceinline__ double mul(double a, double b) { return a * b; }
+template <typename R> __device__ __forceinline__ Cplx<R> mul(Cplx<R> a, Cplx<R> b) {
+    return Cplx<R>{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};
+}
+// a - b * c
+__device__ __forceinline__ float sub_mul(float a, float b, float c) { return fmaf(-b, c, a); }
+__device__ __forceinline__ double sub_mul(double a, double b, double c) { return fma(-b, c, a); }
+template <typename R> __device__ __forceinline__ Cplx<R> sub_mul(Cplx<R> a, Cplx<R> b, Cplx<R> c) {
+    return Cplx<R>{a.re - (b.re * c.re - b.im * c.im), a.im - (b.re * c.im + b.im * c.re)};
+}
+// 1 / a: a zero diagonal gives inf (real) or NaN (complex), as LAPACK's division would
+__device__ __forceinline__ float recip(float a) { return 1.0f / a; }
+__device__ __forceinline__ double recip(double a) { return 1.0 / a; }
+template <typename R> __device__ __forceinline__ Cplx<R> recip(Cplx<R> a) {
+    const R d = a.re * a.re + a.im * a.im;
+    return Cplx<R>{a.re / d, -a.im / d};
+}
+__device__ __forceinline__ float shfl(float v, int src, int width) {
+    return __shfl_sync(0xffffffffu, v, src, width);
+}
+__device__ __forceinline__ double shfl(double v, int src, int width) {
+    return __shfl_sync(0xffffffffu, v, src, width);
+}
+template <typename R> __device__ __forceinline__ Cplx<R> shfl(Cplx<R> v, int src, int width) {
+    return Cplx<R>{__shfl_sync(0xffffffffu, v.re, src, width),
+                   __shfl_sync(0xffffffffu, v.im, src, width)};
+}
+
+// One group of G lanes a system, SYS systems a block; see the module docstring.
+template <typename T, int M_MAX, int KC, int SYS>
+__global__ void __launch_bounds__((M_MAX < 32 ? M_MAX : 32) * SYS)
+xpops_cholesky_solve_small(const T* __restrict__ rhs, const T* __restrict__ factor,
+                           T* __restrict__ out, const long long batch, const int M, const int K,
+                           const int upper, const long long* __restrict__ rhs_index,
+                           const long long* __restrict__ factor_index) {
+    constexpr int G = M_MAX < 32 ? M_MAX : 32;
+    constexpr int ROWS = M_MAX / G;
+    constexpr int TRI = M_MAX * (M_MAX + 1) / 2;
+    __shared__ T tri_all[SYS][TRI];
+    __shared__ T inv_all[SYS][M_MAX];
+    const int group = threadIdx.x / G, lane = threadIdx.x % G;
+    const long long s = (long long)blockIdx.x * SYS + group;
+    const bool active = s < batch;  // idle groups still take part in the warp's shuffles
+    T* tri = tri_all[group];
+    T* inv = inv_all[group];
+    const long long mm = (long long)M * M, mk = (long long)M * K;
+
+    if (active) {
+        const T* F = factor + (factor_index ? factor_index[s] : s) * mm;
+        // CH rows at a time: all their loads in flight together, each row read by adjacent
+        // lanes (coalesced), only the used triangle read
+        constexpr int CH = M_MAX < 16 ? M_MAX : 16;
+#pragma unroll 1
+        for (int r0 = 0; r0 < M; r0 += CH) {
+            T tmp[CH][ROWS];
+#pragma unroll
+            for (int rr = 0; rr < CH; ++rr) {
+                const int row = r0 + rr;
+#pragma unroll
+                for (int q = 0; q < ROWS; ++q) {
+                    const int col = lane + q * G;
+                    const bool used = row < M && col < M && (upper ? col >= row : col <= row);
+                    tmp[rr][q] = used ? F[(long long)row * M + col] : T{};
+                }
+            }
+#pragma unroll
+            for (int rr = 0; rr < CH; ++rr) {
+                const int row = r0 + rr;
+#pragma unroll
+                for (int q = 0; q < ROWS; ++q) {
+                    const int col = lane + q * G;
+                    if (row < M && col < M) {
+                        if (upper && col >= row) {  // U[row][col] is conj(L[col][row])
+                            tri[col * (col + 1) / 2 + row] = conj_(tmp[rr][q]);
+                        } else if (!upper && col <= row) {
+                            tri[row * (row + 1) / 2 + col] = tmp[rr][q];
+                        }
+                    }
+                }
+            }
+        }
+    }
+    __syncwarp();
+    if (active) {
+        for (int i = lane; i < M; i += G) inv[i] = recip(tri[i * (i + 1) / 2 + i]);
+    }
+    __syncwarp();
+
+    const T* Bs = rhs + (active ? (rhs_index ? rhs_index[s] : s) : 0) * mk;
+    T* Os = out + (active ? s : 0) * mk;
+    for (int c0 = 0; c0 < K; c0 += KC) {
+        T v[ROWS][KC];
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int i = lane + r * G;
+#pragma unroll
+            for (int c = 0; c < KC; ++c) {
+                v[r][c] = (active && i < M && c0 + c < K) ? Bs[(long long)i * K + c0 + c] : T{};
+            }
+        }
+        // forward: L y = b
+#pragma unroll
+        for (int j = 0; j < M_MAX; ++j) {
+            if (j < M) {
+                const T d = active ? inv[j] : T{};
+#pragma unroll
+                for (int c = 0; c < KC; ++c) {
+                    const T y = shfl(mul(v[j / G][c], d), j % G, G);
+                    if (lane == j % G) v[j / G][c] = y;
+#pragma unroll
+                    for (int r = 0; r < ROWS; ++r) {
+                        const int i = lane + r * G;
+                        if (active && i > j && i < M) {
+                            v[r][c] = sub_mul(v[r][c], tri[i * (i + 1) / 2 + j], y);
+                        }
+                    }
+                }
+            }
+        }
+        // back: L^H x = y, with (L^H)[i][j] = conj(L[j][i])
+#pragma unroll
+        for (int j = M_MAX - 1; j >= 0; --j) {
+            if (j < M) {
+                const T d = active ? conj_(inv[j]) : T{};
+#pragma unroll
+                for (int c = 0; c < KC; ++c) {
+                    const T x = shfl(mul(v[j / G][c], d), j % G, G);
+                    if (lane == j % G) v[j / G][c] = x;
+#pragma unroll
+                    for (int r = 0; r < ROWS; ++r) {
+                        const int i = lane + r * G;
+                        if (active && i < j) {
+                            v[r][c] = sub_mul(v[r][c], conj_(tri[j * (j + 1) / 2 + i]), x);
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            const int i = lane + r * G;
+#pragma unroll
+            for (int c = 0; c < KC; ++c) {
+                if (active && i < M && c0 + c < K) Os[(long long)i * K + c0 + c] = v[r][c];
+            }
+        }
+    }
+}
+"""
+
+# cuBLAS enumerations (cublas_api.h)
+_SIDE_LEFT, _FILL_LOWER, _FILL_UPPER, _OP_N, _OP_T, _DIAG_NON_UNIT = 0, 0, 1, 0, 1, 0
+
+_CTYPES = {
+    "float32": "float",
+    "float64": "double",
+    "complex64": "Cplx<float>",
+    "complex128": "Cplx<double>",
+}
+
+
+def _small_config(M: int, K: int, itemsize: int) -> tuple[int, int, int, int]:
+    """(M_MAX, KC, SYS, threads a block) of the small kernel."""
+    m_max = 1 << max(0, (M - 1).bit_length())
+    lanes = min(32, m_max)
+    triangle = m_max * (m_max + 1) // 2 * itemsize
+    systems = max(1, min(SMALL_THREADS // lanes, SMALL_SMEM // triangle))
+    columns = 1 if K == 1 else SMALL_COLUMNS
+    return m_max, columns, systems, lanes * systems
+
+
+@cupy.memoize(for_each_device=True)
+def _small_kernel(dtype_name: str, m_max: int, columns: int, systems: int) -> cupy.RawKernel:
+    name = f"xpops_cholesky_solve_small<{_CTYPES[dtype_name]}, {m_max}, {columns}, {systems}>"
+    module = cupy.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=[name])
+    return module.get_function(name)
+
+
+def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> cupy.ndarray | None:
+    """For each system of the broadcast `batch`, the index of its operand in `shape`; None when
+    the operand is not broadcast."""
+    if shape == batch:
+        return None
+    own = cupy.arange(math.prod(shape), dtype=np.int64).reshape(shape)
+    return cupy.ascontiguousarray(cupy.broadcast_to(own, batch)).reshape(-1)
+
+
+def _solve_small(x, y, out, batch, M, K, upper):
+    m_max, columns, systems, threads = _small_config(M, K, x.dtype.itemsize)
+    kernel = _small_kernel(x.dtype.name, m_max, columns, systems)
+    n = math.prod(batch)
+    rhs_index = _batch_index(x.shape[:-2], batch)
+    factor_index = _batch_index(y.shape[:-2], batch)
+    kernel(
+        (-(-n // systems),),
+        (threads,),
+        (
+            x,
+            y,
+            out,
+            np.int64(n),
+            np.int32(M),
+            np.int32(K),
+            np.int32(upper),
+            rhs_index if rhs_index is not None else np.uint64(0),
+            factor_index if factor_index is not None else np.uint64(0),
+        ),
+    )
+
+
+def _solve_blas(x, y, out, batch, M, K, upper):
+    """Two left-side trsm on the right-hand sides transposed to column-major."""
+    from cupy_backends.cuda.libs import cublas
+
+    n = math.prod(batch)
+    complex_ = x.dtype.kind == "c"
+    # column-major (M, K) per system: the row-major (K, M) transpose
+    work = cupy.ascontiguousarray(cupy.swapaxes(cupy.broadcast_to(x, out.shape), -1, -2))
+    prefix = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}[x.dtype.name]
+    one = np.ones((), dtype=x.dtype)
+    handle = cupy.cuda.device.get_cublas_handle()
+    # The buffer of a row-major factor F is F^T to cuBLAS: L^T (upper) or U^T (lower).
+    # L L^H X = B: L Y = B is op T on L^T; L^H X = Y is conj(L^T) X = Y, solved as
+    # L^T conj(X) = conj(Y). U^H U X = B: the same with the steps swapped.
+    fill = _FILL_LOWER if upper else _FILL_UPPER
+    steps = ((_OP_N, True), (_OP_T, False)) if upper else ((_OP_T, False), (_OP_N, True))
+    if n == 1:
+        factor = y.reshape(M, M)  # y is C-contiguous: a view
+        factors = factor.data.ptr
+        solve = getattr(cublas, f"{prefix}trsm")
+        extra: tuple = ()
+        rhs = work.data.ptr
+    else:
+        factor_index = _batch_index(y.shape[:-2], batch)
+        if factor_index is None:
+            factor_index = cupy.arange(n, dtype=np.int64)
+        item = np.uint64(x.dtype.itemsize)
+        factor_ptrs = y.data.ptr + factor_index.astype(np.uint64) * (np.uint64(M * M) * item)
+        rhs_ptrs = work.data.ptr + cupy.arange(n, dtype=np.uint64) * (np.uint64(M * K) * item)
+        factors, rhs = factor_ptrs.data.ptr, rhs_ptrs.data.ptr
+        solve = getattr(cublas, f"{prefix}trsmBatched")
+        extra = (n,)
+    for op, conjugated in steps:
+        if conjugated and complex_:
+            cupy.conj(work, out=work)
+        solve(
+            handle,
+            _SIDE_LEFT,
+            fill,
+            op,
+            _DIAG_NON_UNIT,
+            M,
+            K,
+            one.ctypes.data,
+            factors,
+            M,
+            rhs,
+            M,
+            *extra,
+        )
+        if conjugated and complex_:
+            cupy.conj(work, out=work)
+    out[...] = cupy.swapaxes(work, -1, -2)
+
+
+def cholesky_solve(x: cupy.ndarray, y: cupy.ndarray, upper: bool, path: str | None = None):
+    """Solve with a Cholesky factor; arguments validated and cast to one float/complex dtype.
+
+    `x` is (*bx, M, K), `y` is (*by, M, M); returns the C-contiguous (*batch, M, K) result.
+    `path` (tests and benchmarks only) forces ``"small"`` or ``"blas"``.
+    """
+    M, K = x.shape[-2], x.shape[-1]
+    batch = tuple(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]))
+    out = cupy.empty((*batch, M, K), dtype=x.dtype)
+    if out.size == 0:
+        return out
+    x = cupy.ascontiguousarray(x)
+    y = cupy.ascontiguousarray(y)
+    kind = path or ("small" if M <= SMALL_MAX_M else "blas")
+    if kind == "small":
+        _solve_small(x, y, out, batch, M, K, upper)
+    else:
+        _solve_blas(x, y, out, batch, M, K, upper)
+    return out

@@ -1,0 +1,233 @@
+"""cholesky_solve: contract, validation and dispatch."""
+
+from typing import Any
+
+from .. import _backend
+from .._lib import _compat
+from .._lib._dtypes import default_float, is_dtype, is_low_precision
+from .._lib._typing import Array, DType, Namespace
+from .._lib._validation import as_bool
+
+__all__ = ["cholesky_solve"]
+
+
+def _shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> str:
+    return f"got shapes {xs} for `x` and {ys} for `y`"
+
+
+def _floating(xp: Namespace, a: Array) -> DType | None:
+    """The dtype `a` is computed in before promotion: integers and bools become float."""
+    if is_dtype(xp, a.dtype, ("real floating", "complex floating")):
+        return a.dtype
+    if is_dtype(xp, a.dtype, ("integral", "bool")):
+        return default_float(xp, a)
+    return None
+
+
+def _resolve_dtypes(xp: Namespace, x: Array, y: Array, shapes: str) -> tuple[DType, DType]:
+    """(compute dtype, result dtype)."""
+    fx, fy = _floating(xp, x), _floating(xp, y)
+    if fx is None or fy is None:
+        msg = f"`x` and `y` must have numeric dtypes, got {x.dtype} and {y.dtype} ({shapes})"
+        raise TypeError(msg)
+    if is_low_precision(xp, fx) and is_low_precision(xp, fy) and fx != fy:
+        out_dtype = xp.float32  # float16 with bfloat16
+    else:
+        out_dtype = xp.result_type(fx, fy)
+    compute = xp.float32 if is_low_precision(xp, out_dtype) else out_dtype
+    return compute, out_dtype
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """NumPy broadcasting of two shapes, or None if they do not broadcast."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + a
+    b = (1,) * (n - len(b)) + b
+    out = []
+    for p, q in zip(a, b, strict=True):
+        if p != q and p != 1 and q != 1:
+            return None
+        out.append(q if p == 1 else p)
+    return tuple(out)
+
+
+def _check_shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
+    """Validate the shapes; return the result shape and whether `x` is a 1-D vector."""
+    shapes = _shapes(xs, ys)
+    if len(ys) < 2:
+        msg = f"`y` must have at least 2 dimensions, (*, M, M), {shapes}"
+        raise ValueError(msg)
+    if len(xs) < 1:
+        msg = f"`x` must have at least 1 dimension, (M,) or (*, M, K), {shapes}"
+        raise ValueError(msg)
+    if ys[-1] != ys[-2]:
+        msg = f"`y` must be square in its last two dimensions, (*, M, M), {shapes}"
+        raise ValueError(msg)
+    m = ys[-1]
+    vector = len(xs) == 1
+    if vector and len(ys) > 2:
+        msg = (
+            "a 1-D `x` needs a 2-D `y` (give `x` the shape (M, 1) to solve against a batch "
+            f"of factors), {shapes}"
+        )
+        raise ValueError(msg)
+    xm = xs[0] if vector else xs[-2]
+    if xm != m:
+        where = "x.shape[0]" if vector else "x.shape[-2]"
+        msg = f"`x` and `y` must agree on M ({where} == y.shape[-1]), {shapes}"
+        raise ValueError(msg)
+    if vector:
+        return (m,), True
+    batch = _broadcast(xs[:-2], ys[:-2])
+    if batch is None:
+        msg = f"the batch shapes {xs[:-2]} of `x` and {ys[:-2]} of `y` do not broadcast, {shapes}"
+        raise ValueError(msg)
+    return (*batch, m, xs[-1]), False
+
+
+def cholesky_solve(x: Array, y: Array, /, upper: bool = False) -> Array:
+    r"""Solve :math:`A X = B` given the Cholesky factor of :math:`A`; batched, broadcasting.
+
+    `x` holds the right-hand sides :math:`B` and `y` the factor :math:`u` of :math:`A`:
+    :math:`A = u u^H` with `u` lower triangular (``upper=False``, the default) or
+    :math:`A = u^H u` with `u` upper triangular (``upper=True``), :math:`u^H` being the
+    conjugate transpose. The argument order and names are Paddle's
+    (``paddle.linalg.cholesky_solve``); ``torch.cholesky_solve`` has the same order.
+
+    Parameters
+    ----------
+    x : array, shape (\*, M, K) or (M,)
+        Right-hand sides. A 1-D `x` of shape ``(M,)`` is accepted when `y` is 2-D and gives a
+        result of shape ``(M,)`` (SciPy's rule); to solve one vector against a batch of
+        factors, pass it as ``(M, 1)``.
+    y : array, shape (\*, M, M)
+        Cholesky factor of :math:`A`, lower triangular if `upper` is False, upper triangular
+        otherwise. Only that triangle, diagonal included, is read: the other triangle may
+        hold anything, NaN included.
+    upper : bool, optional
+        Whether `y` is upper triangular (:math:`A = u^H u`). Default False
+        (:math:`A = u u^H`).
+
+    Returns
+    -------
+    out : array, shape ``broadcast(x.shape[:-2], y.shape[:-2]) + (M, K)``, or (M,)
+        The solution :math:`X`, in the namespace and on the device of the inputs,
+        C-contiguous (for the libraries that have the notion). Its dtype is the promotion of
+        the inputs' dtypes after integer and bool inputs are taken as the default real
+        floating dtype (float64 for NumPy and CuPy, float32 for PyTorch).
+
+    Raises
+    ------
+    TypeError
+        If `x` or `y` is not an array, they come from different libraries, a dtype is not
+        numeric (bool, integer, real or complex floating), or `upper` is not a bool.
+    ValueError
+        If `y` has fewer than 2 dimensions or is not square, `x` has no dimensions, `x` and
+        `y` disagree on M, a 1-D `x` comes with a batched `y`, the batch shapes do not
+        broadcast, or the inputs are on different devices. The messages give both shapes.
+
+    See Also
+    --------
+    scipy.linalg.cho_solve : the same solve in SciPy, ``cho_solve((c, lower), b)``; it
+        checks for NaN and inf in the whole of ``c`` unless ``check_finite=False``.
+    numpy.linalg.cholesky : computes the lower factor.
+
+    Notes
+    -----
+    dtypes: float32, float64, complex64 and complex128 are computed as they are (conjugate
+    transposes for complex). float16, and bfloat16 where the library has it, are computed
+    in float32 and the result is rounded to the input dtype once. Mixed dtypes promote by the
+    array API rules (float32 with float64 gives float64).
+
+    Special values: a zero on the diagonal of the factor (a singular :math:`A`) is not an
+    error: as in LAPACK, the systems that use that factor get inf or NaN, and the other
+    systems of the batch are not affected. Whether the factor is that of a positive definite
+    matrix cannot be checked from the factor and is not. NaN or inf in the used triangle or
+    in `x` propagate to the systems they belong to. Empty M or K and zero-size batches give
+    empty results of the right shape.
+
+    Algorithm: a forward substitution with the triangular factor, then a backward
+    substitution with its conjugate transpose (two triangular solves, as LAPACK's
+    ``potrs``). Batch dimensions in which the factor is broadcast against several
+    right-hand sides are folded into K, so that each distinct factor is read once and never
+    copied; the cost is :math:`O(M^2 K)` per system.
+
+    Backend support: NumPy (SciPy's BLAS ``trsm`` on the arrays' own memory for large
+    systems; a substitution vectorized over the batch for many small ones); CuPy (CUDA
+    engine); PyTorch (``torch.linalg.solve_triangular``); any other array-API namespace
+    (array-api-strict, ...): the array API standard has no triangular solve, so each
+    triangular solve is ``xp.linalg.solve`` on the triangle selected by ``xp.tril`` or
+    ``xp.triu``, and systems with a zero diagonal entry come out as NaN.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import xpops
+    >>> A = np.array([[4.0, 2.0], [2.0, 3.0]])
+    >>> L = np.linalg.cholesky(A)
+    >>> xpops.linalg.cholesky_solve(np.array([6.0, 5.0]), L)
+    array([1., 1.])
+
+    The upper factor, with junk in the unused triangle:
+
+    >>> U = L.T.copy()
+    >>> U[1, 0] = np.nan
+    >>> xpops.linalg.cholesky_solve(np.array([[6.0], [5.0]]), U, upper=True)
+    array([[1.],
+           [1.]])
+
+    Batches broadcast: three right-hand-side matrices against one factor, or one against a
+    batch of factors.
+
+    >>> B = np.ones((3, 2, 4))
+    >>> xpops.linalg.cholesky_solve(B, L).shape
+    (3, 2, 4)
+    >>> xpops.linalg.cholesky_solve(np.ones((2, 1)), np.stack([L, 2 * L])).shape
+    (2, 2, 1)
+    """
+    xp = _backend.get_namespace(x, y)
+    for name, a in (("x", x), ("y", y)):
+        if not _compat.is_array_api_obj(a):
+            msg = f"`{name}` must be an array, got {type(a).__name__}"
+            raise TypeError(msg)
+    upper = as_bool(upper, "upper")
+    xs, ys = tuple(x.shape), tuple(y.shape)
+    compute_dtype, out_dtype = _resolve_dtypes(xp, x, y, _shapes(xs, ys))
+    out_shape, vector = _check_shapes(xs, ys)
+    device = _check_device(x, y, xs, ys)
+
+    if 0 in out_shape:
+        return xp.empty(out_shape, dtype=out_dtype, device=device)
+    if vector:
+        x = xp.reshape(x, (xs[0], 1))
+    if x.dtype != compute_dtype:
+        x = xp.astype(x, compute_dtype)
+    if y.dtype != compute_dtype:
+        y = xp.astype(y, compute_dtype)
+
+    if _backend.is_numpy_namespace(xp):
+        from .._numpy import linalg as engine
+
+        out = engine.cholesky_solve(x, y, upper)
+    elif _backend.is_cupy_namespace(xp):
+        from .._cupy import linalg as cuda_engine
+
+        out = cuda_engine.cholesky_solve(x, y, upper)
+    else:
+        from .._agnostic import linalg as generic_engine
+
+        out = generic_engine.cholesky_solve(x, y, upper, xp=xp)
+
+    if out.dtype != out_dtype:
+        out = xp.astype(out, out_dtype)
+    if vector:
+        out = xp.reshape(out, out_shape)
+    return out
+
+
+def _check_device(x: Array, y: Array, xs: tuple[int, ...], ys: tuple[int, ...]) -> Any:
+    dx, dy = _compat.device(x), _compat.device(y)
+    if dx != dy:
+        msg = f"`x` and `y` must be on the same device, got {dx} and {dy} ({_shapes(xs, ys)})"
+        raise ValueError(msg)
+    return dx

@@ -1,0 +1,35 @@
+"""Internal triangular solve, dispatched by namespace; shared by cholesky_solve's users.
+
+It takes operands that are already validated: `a` of shape (*, M, M) and `b` of shape
+(*, M, K), batch dimensions broadcasting, both of one compute dtype (float32, float64,
+complex64 or complex128) of the namespace `xp`, an array-API namespace as
+``xpops.get_namespace`` returns it. Callers (``xpops.linalg``, distributions) do the checks,
+the casts and the 1-D handling.
+"""
+
+from .. import _backend
+from .._lib._typing import Array, Namespace
+
+__all__ = ["solve_triangular"]
+
+
+def solve_triangular(
+    a: Array, b: Array, *, lower: bool, conjugate_transpose: bool = False, xp: Namespace
+) -> Array:
+    """Solve ``op(a) X = b`` with ``op(a) = a`` or ``a^H`` (`conjugate_transpose`).
+
+    Only the triangle of `a` named by `lower` is read. Returns the C-contiguous (where the
+    namespace has the notion) ``(broadcast batch, M, K)`` solution. A zero on the diagonal
+    gives inf or NaN in the systems concerned, never an error.
+
+    Engines: NumPy (vectorized substitution for small systems, BLAS ``trsm`` per matrix for
+    large ones, see ``xpops._numpy.linalg``); PyTorch (``torch.linalg.solve_triangular``);
+    any other namespace, CuPy included, ``xp.linalg.solve`` on the masked triangle.
+    """
+    if _backend.is_numpy_namespace(xp):
+        from .._numpy import linalg as engine
+
+        return engine.solve_triangular(b, a, lower, conjugate_transpose)
+    from .._agnostic import linalg as generic_engine
+
+    return generic_engine.solve_triangular(b, a, lower, conjugate_transpose, xp=xp)
