@@ -11,6 +11,8 @@ give NaN (LAPACK gives inf or NaN) and the others are untouched. PyTorch has its
 
 import math
 
+import numpy as np
+
 from .._lib._compat import is_torch_namespace
 from .._lib._typing import Array, Namespace
 
@@ -41,6 +43,10 @@ def solve_triangular(b: Array, a: Array, lower: bool, conj_trans: bool, *, xp: N
     t = xp.matrix_transpose(t) if conj_trans else t
     if conj_trans and xp.isdtype(t.dtype, "complex floating"):
         t = xp.conj(t)
+    # not every namespace's solve broadcasts batch dimensions (CuPy's does not)
+    batch = tuple(np.broadcast_shapes(tuple(t.shape[:-2]), tuple(b.shape[:-2])))
+    t = xp.broadcast_to(t, (*batch, m, m))
+    b = xp.broadcast_to(b, (*batch, m, b.shape[-1]))
     out = xp.linalg.solve(t, b)
     nan = xp.asarray(math.nan, dtype=out.dtype, device=a.device)
     return xp.where(singular[..., None, None], nan, out)
