@@ -156,13 +156,20 @@ template <typename T> __device__ __forceinline__ bool fast_ok(T ref, T x0, Pair<
     return ref - low <= threshold<T>();
 }
 
+// The fast path writes an output as R + log(a + b * c), c a sum against `ref` of the run's
+// own elements, after the prefix P: R = max(P.m, ref), a = P.s exp(P.m - R), b = exp(ref - R).
+template <typename T> struct Rebase { T R, a, b; };
+template <typename T> __device__ __forceinline__ Rebase<T> rebase(Pair<T> P, T ref) {
+    const T R = P.m > ref ? P.m : ref;
+    return Rebase<T>{R, (P.m == neg_inf<T>()) ? T(0) : P.s * xexp(P.m - R), xexp(ref - R)};
+}
+
 // Fast path with the sums against `ref` computed again from v[] instead of kept (registers).
 template <typename T, int N>
 __device__ __forceinline__ void fast_outputs_recompute(const T* v, T ref, Pair<T> P,
                                                        int exclusive, T* o) {
-    const T R = P.m > ref ? P.m : ref;
-    const T a = (P.m == neg_inf<T>()) ? T(0) : P.s * xexp(P.m - R);
-    const T b = xexp(ref - R);
+    const Rebase<T> f = rebase(P, ref);
+    const T R = f.R, a = f.a, b = f.b;
     T acc = T(0);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
@@ -193,6 +200,32 @@ __device__ __noinline__ Pair<T> exact_aggregate(const T* p, long long stride, in
     Pair<T> agg = identity<T>();
     for (int k = 0; k < n; ++k) agg = combine(agg, Pair<T>{p[k * stride], T(1)});
     return agg;
+}
+
+// A thread's run of N elements down a strided column (rows start.. of `col`, stride `inner`,
+// -inf past `count`) into v[], and the run's aggregate against its maximum `ref` (or exact).
+template <typename T, int N>
+__device__ __forceinline__ Pair<T> column_run(const T* col, long long L, long long inner,
+                                              long long start, int count, int reverse, T* v,
+                                              T& ref) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const long long l = start + k;
+        v[k] = k < count ? col[(reverse ? L - 1 - l : l) * inner] : neg_inf<T>();
+    }
+    ref = v[0];
+#pragma unroll
+    for (int k = 1; k < N; ++k) ref = nan_max(ref, v[k]);
+    if (isfinite(ref)) {
+        T acc = T(0);
+#pragma unroll
+        for (int k = 0; k < N; ++k) acc += xexp(v[k] - ref);
+        return Pair<T>{ref, acc};
+    }
+    // read again from memory: indexing v[] in a loop that is not unrolled would put it in
+    // local memory for the whole kernel
+    return exact_aggregate(col + (reverse ? L - 1 - start : start) * inner,
+                           reverse ? -inner : inner, count);
 }
 
 // Look-back slots: each tile (or column of a tile) publishes its aggregate in `aggs` and
@@ -248,17 +281,15 @@ __device__ __forceinline__ Pair<T> warp_look_back(long long tile, long long firs
     }
 }
 
-__device__ __forceinline__ int padded(int i) { return i + (i >> 5); }
-
 // ---- tiles: long rows, decoupled look-back ------------------------------------------------
 // A tile is ROUNDS x THREADS chunks of VEC consecutive elements: in round k thread t holds
 // chunk k * THREADS + t, so every load and store of a warp is one contiguous vector access and
 // the data stay in registers (no shared-memory staging). The tile's sums are taken against its
-// maximum B; with the prefix P of the earlier tiles every output is
-//     R + log(A + beta * (S + c)),  R = max(P.m, B),  A = P.s exp(P.m - R),  beta = exp(B - R),
-// S the sum of the chunks before and c the running sum within the chunk. This is exact when no
-// output is below B - THRESHOLD: every output is at least max(value(P), first element of the
-// tile). Otherwise (and for NaN, +inf) the tile is scanned again with pairwise combines.
+// maximum B; with the prefix P of the earlier tiles every output is R + log(a + b * (S + c))
+// (see `rebase`, with ref = B), S the sum of the chunks before and c the running sum within
+// the chunk. This is exact when no output is below B - THRESHOLD: every output is at least
+// max(value(P), first element of the tile). Otherwise (and for NaN, +inf) the tile is
+// scanned again with pairwise combines.
 template <typename T> struct Vec;
 template <> struct Vec<float> { using type = float4; static constexpr int N = 4; };
 template <> struct Vec<double> { using type = double2; static constexpr int N = 2; };
@@ -355,8 +386,9 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     const long long start = q * TILE;
     const T* xr = x + r * L;
     T* outr = out + r * L;
-    // Pull the tile a wave of blocks ahead into L2: DRAM then stays busy while the resident
-    // blocks compute, and their own loads hit L2. One 128-byte line a thread.
+    // Pull the tile `prefetch_distance` ahead into L2: DRAM then stays busy while the resident
+    // blocks compute and wait on the look-back, and later loads hit L2. One 128-byte line a
+    // thread.
     if (prefetch_distance > 0 && tile + prefetch_distance < tiles) {
         constexpr int LINE = 128 / sizeof(T);
         const long long t2 = tile + prefetch_distance;
@@ -452,17 +484,11 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     }
     __syncthreads();
     const Pair<T> P = prefix_sh;
-    const T plog = value(P);
-    const T low = plog > first_sh ? plog : first_sh;
-    const bool fast = isfinite(B) && !isnan(plog) && plog != pos_inf<T>() &&
-                      low >= B - threshold<T>();
-    if (!fast) {
+    if (!fast_ok(B, first_sh, P)) {
         exact_tile<T, TILE, THREADS>(xr, outr, L, start, P, exclusive, reverse, seg_agg);
         return;
     }
-    const T R = P.m > B ? P.m : B;
-    const T A = (P.m == neg_inf<T>()) ? T(0) : P.s * xexp(P.m - R);
-    const T beta = xexp(B - R);
+    const Rebase<T> f = rebase(P, B);
 #pragma unroll
     for (int k = 0; k < ROUNDS; ++k) {
         const T S = sums_sh[k * WARPS + warp] + chunk_excl[k];
@@ -471,11 +497,11 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
             const T c = S + v[k][j];
-            o[j] = R + xlog(A + beta * (exclusive ? prev : c));
+            o[j] = f.R + xlog(f.a + f.b * (exclusive ? prev : c));
             prev = c;
         }
         // the tile's first exclusive output is P alone, which may lie below B - THRESHOLD
-        if (exclusive && k == 0 && tid == 0) o[0] = plog;
+        if (exclusive && k == 0 && tid == 0) o[0] = value(P);
         store_chunk<T, VEC>(outr, L, start + ((long long)k * THREADS + tid) * VEC, reverse,
                             vstore, o);
     }
@@ -564,27 +590,8 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
     const long long start = q * ITEMS;
     const int count = (int)min((long long)ITEMS, L - start);
 
-    T v[ITEMS];
-#pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-        const long long l = start + k;
-        v[k] = k < count ? xc[(reverse ? L - 1 - l : l) * inner] : neg_inf<T>();
-    }
-    T ref = v[0];
-#pragma unroll
-    for (int k = 1; k < ITEMS; ++k) ref = nan_max(ref, v[k]);
-    Pair<T> agg;
-    if (isfinite(ref)) {
-        T acc = T(0);
-#pragma unroll
-        for (int k = 0; k < ITEMS; ++k) acc += xexp(v[k] - ref);
-        agg = Pair<T>{ref, acc};
-    } else {
-        // read again from memory: indexing v[] in a loop that is not unrolled would put it in
-        // local memory for the whole kernel
-        agg = exact_aggregate(xc + (reverse ? L - 1 - start : start) * inner,
-                              reverse ? -inner : inner, count);
-    }
+    T v[ITEMS], ref;
+    const Pair<T> agg = column_run<T, ITEMS>(xc, L, inner, start, count, reverse, v, ref);
 
     // look-back along this column: tile q-1 of the same group is `tile - groups`
     const long long slot = tile * BLOCK + tid;
@@ -643,25 +650,8 @@ xpops_logcumsumexp_column_blocks(const T* __restrict__ x, T* __restrict__ out,
     for (long long base = 0; base < L; base += (long long)WARPS * ITEMS) {
         const long long start = base + (long long)warp * ITEMS;
         const int count = active ? (int)max(0LL, min((long long)ITEMS, L - start)) : 0;
-        T v[ITEMS];
-#pragma unroll
-        for (int k = 0; k < ITEMS; ++k) {
-            const long long l = start + k;
-            v[k] = k < count ? xc[(reverse ? L - 1 - l : l) * inner] : neg_inf<T>();
-        }
-        T ref = v[0];
-#pragma unroll
-        for (int k = 1; k < ITEMS; ++k) ref = nan_max(ref, v[k]);
-        Pair<T> agg;
-        if (isfinite(ref)) {
-            T acc = T(0);
-#pragma unroll
-            for (int k = 0; k < ITEMS; ++k) acc += xexp(v[k] - ref);
-            agg = Pair<T>{ref, acc};
-        } else {
-            agg = exact_aggregate(xc + (reverse ? L - 1 - start : start) * inner,
-                                  reverse ? -inner : inner, count);
-        }
+        T v[ITEMS], ref;
+        const Pair<T> agg = column_run<T, ITEMS>(xc, L, inner, start, count, reverse, v, ref);
         // Combine the warps' runs of this column: as plain sums against their maximum when the
         // first run holding anything above -inf is within THRESHOLD of it (as in the tiles
         // kernel), else pairwise.
@@ -759,18 +749,15 @@ def _look_back_state(slots: int, dtype: np.dtype) -> tuple[cupy.ndarray, ...]:
     return counter, pairs[: 2 * slots], pairs[2 * slots :]
 
 
-def _scan_tiles(
-    x, out, rows, L, exclusive, reverse, kernel, items, threads=TILES_BLOCK, prefetch=None
-):
-    tiles_per_row = -(-L // (threads * items))
+def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items):
+    tiles_per_row = -(-L // (TILES_BLOCK * items))
     tiles = rows * tiles_per_row
     counter, aggs, incls = _look_back_state(tiles, x.dtype)
-    if prefetch is None:
-        long_rows = tiles_per_row >= TILES_PREFETCH_MIN_TILES
-        prefetch = TILES_PREFETCH_PER_SM * _multiprocessors() if long_rows else 0
+    long_rows = tiles_per_row >= TILES_PREFETCH_MIN_TILES
+    prefetch = TILES_PREFETCH_PER_SM * _multiprocessors() if long_rows else 0
     kernel(
         (tiles,),
-        (threads,),
+        (TILES_BLOCK,),
         (
             x,
             out,
@@ -819,11 +806,11 @@ def _scan_columns(x, out, outer, L, inner, exclusive, reverse, kernel, items):
     )
 
 
-def _scan_column_blocks(x, out, outer, L, inner, exclusive, reverse, kernel, threads=None):
+def _scan_column_blocks(x, out, outer, L, inner, exclusive, reverse, kernel):
     lanes = outer * inner
     kernel(
         (-(-lanes // 32),),
-        (threads or COLUMN_BLOCK_THREADS,),
+        (COLUMN_BLOCK_THREADS,),
         (
             x,
             out,
