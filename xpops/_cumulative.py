@@ -5,11 +5,9 @@ from typing import Any
 
 from . import _backend
 from ._lib._compat import is_array_api_obj
-from ._lib._dtypes import default_float as _default_float
-from ._lib._dtypes import is_dtype as _is_dtype
-from ._lib._dtypes import is_low_precision as _low_precision
+from ._lib._dtypes import default_float, is_dtype, is_low_precision
 from ._lib._typing import Array, DType, Namespace
-from ._lib._validation import as_bool as _check_flag
+from ._lib._validation import as_bool
 
 __all__ = ["logcumsumexp"]
 
@@ -18,19 +16,19 @@ def _resolve_dtypes(xp: Namespace, x: Array, dtype: DType) -> tuple[DType, DType
     """(compute dtype, result dtype)."""
     floating = ("real floating", "complex floating")
     if dtype is None:
-        if _is_dtype(xp, x.dtype, floating):
+        if is_dtype(xp, x.dtype, floating):
             out_dtype = x.dtype
-        elif _is_dtype(xp, x.dtype, ("integral", "bool")):
-            out_dtype = _default_float(xp, x)
+        elif is_dtype(xp, x.dtype, ("integral", "bool")):
+            out_dtype = default_float(xp, x)
         else:
             msg = f"`x` must have a numeric dtype, got {x.dtype}"
             raise TypeError(msg)
-    elif _is_dtype(xp, dtype, floating):
+    elif is_dtype(xp, dtype, floating):
         out_dtype = dtype
     else:
         msg = f"`dtype` must be a real floating or complex floating dtype, got {dtype!r}"
         raise TypeError(msg)
-    compute = xp.float32 if _low_precision(xp, out_dtype) else out_dtype
+    compute = xp.float32 if is_low_precision(xp, out_dtype) else out_dtype
     return compute, out_dtype
 
 
@@ -139,8 +137,8 @@ def logcumsumexp(
     if not is_array_api_obj(x):
         msg = f"`x` must be an array, got {type(x).__name__}"
         raise TypeError(msg)
-    exclusive = _check_flag(exclusive, "exclusive")
-    reverse = _check_flag(reverse, "reverse")
+    exclusive = as_bool(exclusive, "exclusive")
+    reverse = as_bool(reverse, "reverse")
     compute_dtype, out_dtype = _resolve_dtypes(xp, x, dtype)
     ndim = x.ndim
     if axis is None:

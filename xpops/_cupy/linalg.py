@@ -316,11 +316,10 @@ def cholesky_solve(x: cupy.ndarray, y: cupy.ndarray, upper: bool, path: str | No
     out = cupy.empty((*batch, M, K), dtype=x.dtype)
     if out.size == 0:
         return out
-    x = cupy.ascontiguousarray(x)
     y = cupy.ascontiguousarray(y)
     kind = path or ("small" if M <= SMALL_MAX_M else "blas")
     if kind == "small":
-        _solve_small(x, y, out, batch, M, K, upper)
-    else:
+        _solve_small(cupy.ascontiguousarray(x), y, out, batch, M, K, upper)
+    else:  # copies x into column-major order itself
         _solve_blas(x, y, out, batch, M, K, upper)
     return out

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+import numpy as np
+
 from .. import _backend
 from .._lib import _compat
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
@@ -38,19 +40,6 @@ def _resolve_dtypes(xp: Namespace, x: Array, y: Array, shapes: str) -> tuple[DTy
     return compute, out_dtype
 
 
-def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
-    """NumPy broadcasting of two shapes, or None if they do not broadcast."""
-    n = max(len(a), len(b))
-    a = (1,) * (n - len(a)) + a
-    b = (1,) * (n - len(b)) + b
-    out = []
-    for p, q in zip(a, b, strict=True):
-        if p != q and p != 1 and q != 1:
-            return None
-        out.append(q if p == 1 else p)
-    return tuple(out)
-
-
 def _check_shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
     """Validate the shapes; return the result shape and whether `x` is a 1-D vector."""
     shapes = _shapes(xs, ys)
@@ -78,10 +67,11 @@ def _check_shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[tuple[int, 
         raise ValueError(msg)
     if vector:
         return (m,), True
-    batch = _broadcast(xs[:-2], ys[:-2])
-    if batch is None:
+    try:
+        batch = np.broadcast_shapes(xs[:-2], ys[:-2])
+    except ValueError:
         msg = f"the batch shapes {xs[:-2]} of `x` and {ys[:-2]} of `y` do not broadcast, {shapes}"
-        raise ValueError(msg)
+        raise ValueError(msg) from None
     return (*batch, m, xs[-1]), False
 
 
