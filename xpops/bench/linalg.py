@@ -83,17 +83,17 @@ def _gpu_peers(b: Any, factor: Any) -> dict[str, Any]:
     for module in (getattr(cupyx, "linalg", None), cupyx.scipy.linalg):
         cho_solve = getattr(module, "cho_solve", None)
         if cho_solve is not None:
-            # may take one factor and no batch: then the runner reports its error
-            peers["cupyx"] = lambda f=cho_solve: f((factor[0], True), b[0])
+            # the whole batch: where it takes only 2-D operands, the runner reports the error
+            if factor.shape[0] == 1:
+                peers["cupyx"] = lambda f=cho_solve: f((factor[0], True), b[0])
+            else:
+                peers["cupyx"] = lambda f=cho_solve: f((factor, True), b)
             break
     trsm = cupyx.scipy.linalg.solve_triangular
 
     def two_trsm() -> Any:
-        if factor.shape[0] != 1:
-            msg = "cupyx.scipy.linalg.solve_triangular takes one 2-D matrix"
-            raise ValueError(msg)
-        z = trsm(factor[0], b[0], lower=True)
-        return trsm(factor[0], z, lower=True, trans="C")
+        z = trsm(factor, b, lower=True)
+        return trsm(factor, z, lower=True, trans="C")
 
     peers["cupyx-trsm"] = two_trsm
     return peers
