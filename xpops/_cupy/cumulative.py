@@ -379,7 +379,7 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
     // tiles are numbered in the order blocks start, so every predecessor is running or done
-    if (tid == 0) tile_sh = atomicAdd(counter, 1ull);
+    if (tid == 0) tile_sh = atomicAdd(counter, 1ull) + 1ull;  // the counter starts at ~0
     __syncthreads();
     const long long tile = tile_sh;
     const long long r = tile / tiles_per_row, q = tile % tiles_per_row;
@@ -578,7 +578,7 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
                            Pair<T>* __restrict__ incls) {
     __shared__ unsigned long long tile_id;
     const int tid = threadIdx.x;
-    if (tid == 0) tile_id = atomicAdd(counter, 1ull);
+    if (tid == 0) tile_id = atomicAdd(counter, 1ull) + 1ull;  // the counter starts at ~0
     __syncthreads();
     const long long tile = tile_id;
     const long long q = tile / groups, g = tile % groups;
@@ -741,12 +741,19 @@ def _multiprocessors() -> int:
 
 
 def _look_back_state(slots: int, dtype: np.dtype) -> tuple[cupy.ndarray, ...]:
-    """A zero tile counter and two arrays of `slots` (m, s) pairs set to all-one bits."""
-    counter = cupy.zeros(1, dtype=np.uint64)
-    pairs = cupy.empty(4 * slots, dtype=dtype)
+    """A tile counter and two arrays of `slots` (m, s) pairs, all set to all-one bits.
+
+    One allocation and one memset: the counter starts at 2**64 - 1 and the kernels add one to
+    what ``atomicAdd`` returns (the allocation and launch of a separate zeroed counter cost
+    about 10 us of host time a call).
+    """
+    itemsize = np.dtype(dtype).itemsize
+    head = -(-8 // itemsize)  # elements that hold the 8-byte counter
+    state = cupy.empty(head + 4 * slots, dtype=dtype)
     stream = cupy.cuda.get_current_stream().ptr
-    cupy.cuda.runtime.memsetAsync(pairs.data.ptr, 0xFF, pairs.nbytes, stream)
-    return counter, pairs[: 2 * slots], pairs[2 * slots :]
+    cupy.cuda.runtime.memsetAsync(state.data.ptr, 0xFF, state.nbytes, stream)
+    counter = state[:head].view(np.uint64)
+    return counter, state[head : head + 2 * slots], state[head + 2 * slots :]
 
 
 def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items):

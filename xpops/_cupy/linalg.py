@@ -312,7 +312,8 @@ def cholesky_solve(x: cupy.ndarray, y: cupy.ndarray, upper: bool, path: str | No
     `path` (tests and benchmarks only) forces ``"small"`` or ``"blas"``.
     """
     M, K = x.shape[-2], x.shape[-1]
-    batch = tuple(np.broadcast_shapes(x.shape[:-2], y.shape[:-2]))
+    bx, by = x.shape[:-2], y.shape[:-2]
+    batch = bx if bx == by else tuple(np.broadcast_shapes(bx, by))
     out = cupy.empty((*batch, M, K), dtype=x.dtype)
     if out.size == 0:
         return out

@@ -26,10 +26,11 @@ def _floating(xp: Namespace, a: Array) -> DType | None:
     return None
 
 
-def _resolve_dtypes(xp: Namespace, x: Array, y: Array, shapes: str) -> tuple[DType, DType]:
+def _resolve_dtypes(xp: Namespace, x: Array, y: Array) -> tuple[DType, DType]:
     """(compute dtype, result dtype)."""
     fx, fy = _floating(xp, x), _floating(xp, y)
     if fx is None or fy is None:
+        shapes = _shapes(tuple(x.shape), tuple(y.shape))
         msg = f"`x` and `y` must have numeric dtypes, got {x.dtype} and {y.dtype} ({shapes})"
         raise TypeError(msg)
     if is_low_precision(xp, fx) and is_low_precision(xp, fy) and fx != fy:
@@ -42,35 +43,39 @@ def _resolve_dtypes(xp: Namespace, x: Array, y: Array, shapes: str) -> tuple[DTy
 
 def _check_shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[tuple[int, ...], bool]:
     """Validate the shapes; return the result shape and whether `x` is a 1-D vector."""
-    shapes = _shapes(xs, ys)
     if len(ys) < 2:
-        msg = f"`y` must have at least 2 dimensions, (*, M, M), {shapes}"
+        msg = f"`y` must have at least 2 dimensions, (*, M, M), {_shapes(xs, ys)}"
         raise ValueError(msg)
     if len(xs) < 1:
-        msg = f"`x` must have at least 1 dimension, (M,) or (*, M, K), {shapes}"
+        msg = f"`x` must have at least 1 dimension, (M,) or (*, M, K), {_shapes(xs, ys)}"
         raise ValueError(msg)
     if ys[-1] != ys[-2]:
-        msg = f"`y` must be square in its last two dimensions, (*, M, M), {shapes}"
+        msg = f"`y` must be square in its last two dimensions, (*, M, M), {_shapes(xs, ys)}"
         raise ValueError(msg)
     m = ys[-1]
     vector = len(xs) == 1
     if vector and len(ys) > 2:
         msg = (
             "a 1-D `x` needs a 2-D `y` (give `x` the shape (M, 1) to solve against a batch "
-            f"of factors), {shapes}"
+            f"of factors), {_shapes(xs, ys)}"
         )
         raise ValueError(msg)
     xm = xs[0] if vector else xs[-2]
     if xm != m:
         where = "x.shape[0]" if vector else "x.shape[-2]"
-        msg = f"`x` and `y` must agree on M ({where} == y.shape[-1]), {shapes}"
+        msg = f"`x` and `y` must agree on M ({where} == y.shape[-1]), {_shapes(xs, ys)}"
         raise ValueError(msg)
     if vector:
         return (m,), True
+    if xs[:-2] == ys[:-2]:
+        return (*xs[:-2], m, xs[-1]), False
     try:
         batch = np.broadcast_shapes(xs[:-2], ys[:-2])
     except ValueError:
-        msg = f"the batch shapes {xs[:-2]} of `x` and {ys[:-2]} of `y` do not broadcast, {shapes}"
+        msg = (
+            f"the batch shapes {xs[:-2]} of `x` and {ys[:-2]} of `y` do not broadcast, "
+            f"{_shapes(xs, ys)}"
+        )
         raise ValueError(msg) from None
     return (*batch, m, xs[-1]), False
 
@@ -182,7 +187,7 @@ def cholesky_solve(x: Array, y: Array, /, upper: bool = False) -> Array:
             raise TypeError(msg)
     upper = as_bool(upper, "upper")
     xs, ys = tuple(x.shape), tuple(y.shape)
-    compute_dtype, out_dtype = _resolve_dtypes(xp, x, y, _shapes(xs, ys))
+    compute_dtype, out_dtype = _resolve_dtypes(xp, x, y)
     out_shape, vector = _check_shapes(xs, ys)
     device = _check_device(x, y, xs, ys)
 
