@@ -6,7 +6,7 @@ environment variable ``XPOPS_BACKEND`` (``numpy``, the default, or ``cupy``) pic
 
 __version__ = "0.1.0.dev0"
 
-from . import linalg
+from . import linalg, sparse
 from ._backend import default_namespace, get_namespace
 from ._cumulative import logcumsumexp
 from ._indexing import tril_indices, triu_indices
@@ -17,6 +17,7 @@ __all__ = [
     "get_namespace",
     "linalg",
     "logcumsumexp",
+    "sparse",
     "tril_indices",
     "triu_indices",
 ]

@@ -17,6 +17,7 @@ _REGISTRY = {
     "triu_indices": "indexing",
     "logcumsumexp": "cumulative",
     "cholesky_solve": "linalg",
+    "sparse.divide": "sparse",
 }
 
 
@@ -30,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--peers",
         default="",
         help="comma-separated peers to time (default: every installed "
-        "one of torch, jax, cupy, cupyx, cupyx-trsm, numpy, scipy); 'none' for none",
+        "one of torch, jax, cupy, cupyx, cupyx-trsm, numpy, scipy, 'scipy x+y', ...); "
+        "'none' for none",
     )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="FILE", help="draw the speed-ups (needs matplotlib)")

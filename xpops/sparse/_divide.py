@@ -1,0 +1,168 @@
+"""sparse.divide: contract, validation and dispatch."""
+
+import numbers
+import sys
+from typing import Any
+
+import numpy as np
+
+__all__ = ["divide"]
+
+_FORMATS = ("csr", "coo")
+_SUPPORTED = (
+    "a COO or CSR sparse array or matrix of scipy.sparse (NumPy backend) or of "
+    "cupyx.scipy.sparse (CuPy backend)"
+)
+
+
+def _type_name(obj: Any) -> str:
+    cls = type(obj)
+    return f"{cls.__module__.split('.')[0]}.{cls.__qualname__}"
+
+
+def _library(a: Any) -> str | None:
+    """``"scipy"`` or ``"cupyx"`` for a sparse matrix/array of either, else None."""
+    if "cupy" in sys.modules:
+        import cupyx.scipy.sparse as csp
+
+        if csp.issparse(a):
+            return "cupyx"
+    import scipy.sparse as sp
+
+    return "scipy" if sp.issparse(a) else None
+
+
+def _check_sparse(a: Any, name: str) -> str:
+    """The library of sparse operand `a`; TypeError for anything but COO/CSR."""
+    library = _library(a)
+    if library is None:
+        msg = f"`{name}` must be {_SUPPORTED}, got {_type_name(a)}"
+        raise TypeError(msg)
+    if a.format not in _FORMATS:
+        msg = f"`{name}` must be {_SUPPORTED}, got {_type_name(a)} (format {a.format!r})"
+        raise TypeError(msg)
+    return library
+
+
+def _is_scalar(y: Any, library: str) -> bool:
+    """Python and NumPy numbers, and 0-d arrays of the operand's library."""
+    if isinstance(y, numbers.Number | np.generic):
+        return True
+    if isinstance(y, np.ndarray):
+        return y.ndim == 0
+    if library == "cupyx" and type(y).__module__.startswith("cupy"):
+        return getattr(y, "ndim", None) == 0 and hasattr(y, "device")
+    return False
+
+
+def _check_numeric(dtype: Any, what: str) -> None:
+    if np.dtype(dtype).kind not in "biufc":
+        msg = f"{what} must have a numeric dtype, got {dtype}"
+        raise TypeError(msg)
+
+
+def divide(x: Any, y: Any, /) -> Any:
+    r"""Element-wise ``x / y`` of two sparse matrices that stays sparse.
+
+    The result stores exactly the union of the two stored patterns; positions stored in
+    neither operand stay implicit zeros. Nothing is ever densified.
+
+    Parameters
+    ----------
+    x : sparse array or matrix
+        Dividend: a COO or CSR ``scipy.sparse`` array or matrix (NumPy backend), or a COO or
+        CSR ``cupyx.scipy.sparse`` matrix (CuPy backend). Any numeric dtype; N-D COO where
+        SciPy has it.
+    y : sparse array or matrix, or scalar
+        Divisor: a sparse operand of the same library and shape as `x` (converted to the
+        format of `x` when it differs), or a scalar (a Python or NumPy number, or a 0-d array
+        of the same library), by which only the stored values of `x` are divided.
+
+    Returns
+    -------
+    out : sparse array or matrix
+        Same library, format and container kind (``*_array`` or ``*_matrix``) as `x`, in
+        canonical form (sorted indices, no duplicates, ``has_canonical_format`` true). Its
+        dtype is the true-division dtype of the pair (float32 / float32 stays float32;
+        integers and bools give float64). Its index dtype is that of the inputs (int64 if
+        either uses int64) unless the result needs int64.
+
+    Raises
+    ------
+    TypeError
+        If `x` is not a COO/CSR sparse operand of SciPy or cupyx, `y` is neither such an
+        operand nor a scalar, the two come from different libraries, or a dtype is not
+        numeric.
+    ValueError
+        If the shapes of `x` and `y` differ.
+
+    See Also
+    --------
+    scipy.sparse.csr_array.multiply : the element-wise product (intersection of patterns).
+
+    Notes
+    -----
+    **Semantics.** Duplicate entries are summed and indices sorted first (the inputs are not
+    modified). At each position stored in `x` or in `y` (explicitly stored zeros count as
+    stored) the result holds ``x_ij / y_ij`` with IEEE arithmetic, 0 standing for the side
+    that is not stored: ``x/0`` gives ``±inf``, ``0/0`` gives ``nan`` and ``0/y`` gives
+    ``±0``. Positions stored in neither operand stay implicit (zero), although the dense
+    quotient there would be ``0/0 = nan``: this is the one deliberate departure from dense
+    semantics, since honouring it would make every result dense. Zeros in the result are not
+    pruned, so its pattern is always the union of the input patterns. With a scalar `y` the
+    pattern of `x` is kept and ``x / 0`` follows the same IEEE rules.
+
+    The peers: SciPy returns a dense matrix for sparse / sparse, CuPy densifies both operands,
+    PyTorch, JAX and TensorFlow refuse sparse divisors.
+
+    Backend support: SciPy (the union is merged by SciPy's compiled CSR addition on encoded
+    values; COO through CSR) and cupyx (CUDA kernels: a binary search of each entry in the
+    other operand's row, a scan of the row counts and one host synchronisation to size the
+    result; COO through CSR).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import scipy.sparse as sp
+    >>> import xpops
+    >>> x = sp.csr_array(np.array([[1.0, 0.0, 2.0], [0.0, 0.0, 3.0]]))
+    >>> y = sp.csr_array(np.array([[4.0, 5.0, 0.0], [0.0, 0.0, 6.0]]))
+    >>> out = xpops.sparse.divide(x, y)
+    >>> out.toarray()
+    array([[0.25, 0.  ,  inf],
+           [0.  , 0.  , 0.5 ]])
+    >>> out.nnz  # (0, 0), (0, 1), (0, 2), (1, 2): the union of the two patterns
+    4
+    >>> xpops.sparse.divide(x, 2).toarray()
+    array([[0.5, 0. , 1. ],
+           [0. , 0. , 1.5]])
+    """
+    library = _check_sparse(x, "x")
+    _check_numeric(x.dtype, "`x`")
+    if _is_scalar(y, library):
+        _check_numeric(y.dtype if hasattr(y, "dtype") else np.asarray(y).dtype, "`y`")
+        scalar = True
+    else:
+        y_library = _library(y)
+        if y_library is None or y.format not in _FORMATS:
+            msg = f"`y` must be {_SUPPORTED}, or a scalar, got {_type_name(y)}"
+            raise TypeError(msg)
+        if y_library != library:
+            msg = (
+                f"`x` and `y` must come from the same library, got {_type_name(x)} and "
+                f"{_type_name(y)}; move one of them first"
+            )
+            raise TypeError(msg)
+        _check_numeric(y.dtype, "`y`")
+        if tuple(x.shape) != tuple(y.shape):
+            msg = f"`x` and `y` must have the same shape, got {tuple(x.shape)} and {tuple(y.shape)}"
+            raise ValueError(msg)
+        scalar = False
+
+    if library == "scipy":
+        from .._numpy import sparse as engine
+    else:
+        from .._cupy import sparse as engine  # type: ignore[no-redef]
+    if scalar:
+        return engine.divide_scalar(x, y)
+    return engine.divide(x, y)
