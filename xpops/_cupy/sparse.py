@@ -29,6 +29,8 @@ import numpy as np
 
 THREADS = 256  # threads a block of every kernel here
 ITEMS = 8  # entries a lane in the warp tiles of the match and fill kernels
+RUN = 32  # runs of y between two entries of x longer than this go to the `runs` kernel
+CHUNK = 2048  # entries of y a queued chunk of a long run
 SEG_BYTES = 2048  # shared memory a warp for the partner operand's indices of a tile's rows
 ROW_BYTES = 1024  # shared memory a warp for each operand's row pointers of a tile's rows
 MIN_BLOCKS = 4  # resident blocks an SM asked of the compiler (caps registers at 64)
@@ -86,21 +88,15 @@ __device__ __forceinline__ long long lower_bound(const I* __restrict__ idx, long
 #define NROWS (ROW_BYTES / (int)sizeof(I) - 2)
 
 template <typename I>
-__global__ void xpops_sparse_divide_tile_rows(const I* __restrict__ xptr,
-                                              const I* __restrict__ yptr, const long long rows,
-                                              const long long nx, const long long ny,
-                                              I* __restrict__ first, I* __restrict__ last) {
-    const long long x_tiles = (nx + TILE - 1) / TILE;
-    const long long tiles = x_tiles + (ny + TILE - 1) / TILE;
+__global__ void xpops_sparse_divide_tile_rows(const I* __restrict__ xptr, const long long rows,
+                                              const long long nx, I* __restrict__ first,
+                                              I* __restrict__ last) {
     const long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (w >= tiles) return;
-    const bool of_x = w < x_tiles;
-    const I* ptr = of_x ? xptr : yptr;
-    const long long base = (of_x ? w : w - x_tiles) * TILE;
-    const long long end = min(base + TILE, of_x ? nx : ny) - 1;
-    const long long r0 = row_in(ptr, 0, rows - 1, base);
+    if (w >= (nx + TILE - 1) / TILE) return;
+    const long long base = w * TILE;
+    const long long r0 = row_in(xptr, 0, rows - 1, base);
     first[w] = I(r0);
-    last[w] = I(row_in(ptr, r0, rows - 1, end));
+    last[w] = I(row_in(xptr, r0, rows - 1, min(base + TILE, nx) - 1));
 }
 
 template <typename I> struct Tile {
@@ -142,10 +138,35 @@ __device__ __forceinline__ Tile<I> tile_open(
 }
 
 // Entry e (column col) of the tile: its lower bound p in the partner, and whether the partner
-// stores the same position.
+// stores the same position. `cursor` is the lane's row (relative to r0) of its previous entry:
+// rows only advance along a lane's entries. Staged tiles search shared memory with int offsets
+// (the searches are what bounds these kernels: they are instruction-bound).
 template <typename I>
 __device__ __forceinline__ bool tile_entry(const Tile<I>& t, const long long e, const I col,
-                                           long long& p) {
+                                           int& cursor, long long& p) {
+    if (t.rows_staged && t.staged) {
+        const I* __restrict__ sptr = t.sptr;
+        int r = cursor;
+        if (sptr[r + 1] <= I(e)) {  // a later row: binary search the rest
+            int lo = r + 1, hi = (int)(t.r1 - t.r0);
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (sptr[mid] <= I(e)) lo = mid; else hi = mid - 1;
+            }
+            r = lo;
+        }
+        cursor = r;
+        const I* __restrict__ seg = t.seg;
+        int lo = (int)(t.spptr[r] - I(t.s0));
+        const int hi = (int)(t.spptr[r + 1] - I(t.s0));
+        int h = hi;
+        while (lo < h) {
+            const int mid = (lo + h) >> 1;
+            if (seg[mid] < col) lo = mid + 1; else h = mid;
+        }
+        p = t.s0 + lo;
+        return lo < hi && seg[lo] == col;
+    }
     long long lo, hi;
     if (t.rows_staged) {
         const long long r = row_in(t.sptr, 0, t.r1 - t.r0, e);
@@ -172,43 +193,102 @@ __device__ __forceinline__ bool tile_entry(const Tile<I>& t, const long long e, 
     I* sptr = sptr_all[threadIdx.x >> 5];                          \
     I* spptr = spptr_all[threadIdx.x >> 5];
 
-// Pass 1, over the tiles of x then of y: for each tile, one word of match bits per 32 entries
-// (bit l: the lane's entry is stored in both operands) and the tile's number of matches.
-// P[0] = 0 is written here; the caller scans the counts into P[1:].
+// Pass 1, over the tiles of x: each entry's lower bound in y (`lb`), one word of match bits
+// per 32 entries (bit l: y stores the lane's position too) and each tile's number of matches.
 template <typename I>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 xpops_sparse_divide_match(const I* __restrict__ xptr, const I* __restrict__ xidx,
                           const I* __restrict__ yptr, const I* __restrict__ yidx,
                           const I* __restrict__ first, const I* __restrict__ last,
-                          const long long rows, const long long nx, const long long ny,
-                          unsigned* __restrict__ bits, I* __restrict__ counts,
-                          I* __restrict__ P) {
+                          const long long nx, I* __restrict__ lb, unsigned* __restrict__ bits,
+                          I* __restrict__ counts) {
     TILE_SHARED
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
-    const long long x_tiles = (nx + TILE - 1) / TILE;
-    const long long tiles = x_tiles + (ny + TILE - 1) / TILE;
-    if (blockIdx.x == 0 && threadIdx.x == 0) P[0] = I(0);
+    const long long tiles = (nx + TILE - 1) / TILE;
     for (long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < tiles;
          w += warps) {
         I col[ITEMS];
-        const bool of_x = w < x_tiles;
-        const Tile<I> t = of_x ? tile_open(xptr, xidx, yptr, yidx, nx, w * TILE, first[w],
-                                           last[w], sptr, spptr, seg, lane, col)
-                               : tile_open(yptr, yidx, xptr, xidx, ny, (w - x_tiles) * TILE,
-                                           first[w], last[w], sptr, spptr, seg, lane, col);
+        const Tile<I> t = tile_open(xptr, xidx, yptr, yidx, nx, w * TILE, first[w], last[w],
+                                    sptr, spptr, seg, lane, col);
         I count = I(0);
+        int cursor = 0;
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
             const long long e = t.base + 32 * k + lane;
-            long long p;
-            const bool match = e <= t.last && tile_entry(t, e, col[k], p);
+            long long p = 0;
+            const bool match = e <= t.last && tile_entry(t, e, col[k], cursor, p);
+            if (e <= t.last) lb[e] = I(p);
             const unsigned b = __ballot_sync(0xffffffffu, match);
             if (lane == 0) bits[w * ITEMS + k] = b;
             count += I(__popc(b));
         }
         if (lane == 0) counts[w] = count;
         __syncwarp();  // the next tile restages
+    }
+}
+
+// P[i] = matches in the tiles before tile i (P[0] = 0, n + 1 values), by one block of 1024
+// threads over chunks of 4096 counts staged in shared memory (coalesced loads and stores);
+// the tiles number nx / 256, a few tens of thousands, on which cupy.cumsum took 30-40 us.
+// Also zeroes the run queue's counter.
+template <typename I>
+__global__ void __launch_bounds__(1024)
+xpops_sparse_divide_scan(const I* __restrict__ counts, const long long n, I* __restrict__ P,
+                         unsigned long long* __restrict__ queued) {
+    __shared__ long long buf[4 * 1024];
+    __shared__ long long warp_sums[32];
+    const int t = threadIdx.x, lane = t & 31, wid = t >> 5;
+    if (t == 0) {
+        P[0] = I(0);
+        *queued = 0ull;
+    }
+    long long carry = 0;
+    for (long long base = 0; base < n; base += 4 * 1024) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const long long i = base + j * 1024 + t;
+            buf[j * 1024 + t] = i < n ? (long long)counts[i] : 0;
+        }
+        __syncthreads();
+        long long v[4], sum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            v[j] = buf[4 * t + j];
+            sum += v[j];
+        }
+        long long incl = sum;  // inclusive scan over the warp, then over the warps' totals
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const long long u = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += u;
+        }
+        if (lane == 31) warp_sums[wid] = incl;
+        __syncthreads();
+        if (wid == 0) {
+            long long w = warp_sums[lane];
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const long long u = __shfl_up_sync(0xffffffffu, w, d);
+                if (lane >= d) w += u;
+            }
+            warp_sums[lane] = w;
+        }
+        __syncthreads();
+        long long run = carry + incl - sum + (wid ? warp_sums[wid - 1] : 0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            run += v[j];
+            buf[4 * t + j] = run;  // each thread rewrites only the slots it read
+        }
+        carry += warp_sums[31];
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const long long i = base + j * 1024 + t;
+            if (i < n) P[i + 1] = I(buf[j * 1024 + t]);
+        }
+        __syncthreads();  // buf and warp_sums are reused by the next chunk
     }
 }
 
@@ -240,62 +320,139 @@ __global__ void xpops_sparse_divide_indptr(const I* __restrict__ xptr, const I* 
     optr[r] = I(e + yptr[r] - before);
 }
 
-// Pass 2, the same tiles: each entry of x goes to e + p - (matches of x before e), holding
-// x / y (or x / 0); each entry of y that x lacks goes to f + p - (matches of y before f),
-// holding 0 / y. (p: the entry's lower bound in the other operand.)
-template <typename T, typename I>
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-xpops_sparse_divide_fill(const I* __restrict__ xptr, const I* __restrict__ xidx,
-                         const T* __restrict__ xdat, const I* __restrict__ yptr,
-                         const I* __restrict__ yidx, const T* __restrict__ ydat,
-                         const I* __restrict__ first, const I* __restrict__ last,
-                         const I* __restrict__ P, const long long rows, const long long nx,
-                         const long long ny, I* __restrict__ oidx, T* __restrict__ odat) {
-    TILE_SHARED
-    const int lane = threadIdx.x & 31;
-    const unsigned below = (1u << lane) - 1u;
-    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
-    const long long x_tiles = (nx + TILE - 1) / TILE;
-    const long long tiles = x_tiles + (ny + TILE - 1) / TILE;
-    for (long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < tiles;
-         w += warps) {
-        I col[ITEMS];
-        const bool of_x = w < x_tiles;
-        const Tile<I> t = of_x ? tile_open(xptr, xidx, yptr, yidx, nx, w * TILE, first[w],
-                                           last[w], sptr, spptr, seg, lane, col)
-                               : tile_open(yptr, yidx, xptr, xidx, ny, (w - x_tiles) * TILE,
-                                           first[w], last[w], sptr, spptr, seg, lane, col);
-        long long c = of_x ? (long long)P[w] : (long long)(P[w] - P[x_tiles]);
-#pragma unroll
-        for (int k = 0; k < ITEMS; ++k) {
-            const long long e = t.base + 32 * k + lane;
-            long long p = 0;
-            const bool in = e <= t.last;
-            const bool match = in && tile_entry(t, e, col[k], p);
-            const unsigned b = __ballot_sync(0xffffffffu, match);
-            const long long q = e + p - (c + __popc(b & below));
-            if (in && of_x) {
-                oidx[q] = col[k];
-                odat[q] = quotient(xdat[e], match ? ydat[p] : T(0));
-            } else if (in && !match) {
-                oidx[q] = col[k];
-                odat[q] = quotient(T(0), ydat[e]);
-            }
-            c += __popc(b);
-        }
-        __syncwarp();  // the next tile restages
+// Pass 2, over the same tiles of x, no searching: entry e of x goes to
+// q = e + lb[e] - (matches of x before e), holding x / y (or x / 0); the entries of y after it
+// and before the next entry of x (positions lb[e] + match .. lb[e + 1] - 1, all absent from
+// x: a "run") follow it at q + 1, q + 2, ..., holding 0 / y. So each warp writes one
+// contiguous stretch of the result (scattered writes from separate passes over x and y cost
+// 50% more). The warp copies its lanes' runs together (coalesced); runs longer than RUN are
+// queued in chunks of CHUNK entries for the `runs` kernel, so that no warp copies a long row
+// of y alone. Tile 0 queues the entries of y before the first entry of x.
+__device__ __forceinline__ void queue_run(unsigned long long* __restrict__ count,
+                                          long long* __restrict__ queue, const long long f0,
+                                          const long long f1, const long long o) {
+    const long long chunks = (f1 - f0 + CHUNK - 1) / CHUNK;
+    const long long slot = (long long)atomicAdd(count, (unsigned long long)chunks);
+    for (long long c = 0; c < chunks; ++c) {
+        queue[3 * (slot + c)] = f0 + c * CHUNK;
+        queue[3 * (slot + c) + 1] = min(f0 + (c + 1) * CHUNK, f1);
+        queue[3 * (slot + c) + 2] = o;
     }
 }
 
-// The divisor is y_ptr[0] (a 0-d device array) or, when y_ptr is null, y_value.
+template <typename T, typename I>
+__global__ void __launch_bounds__(THREADS)
+xpops_sparse_divide_fill(const I* __restrict__ xidx, const T* __restrict__ xdat,
+                         const I* __restrict__ yidx, const T* __restrict__ ydat,
+                         const I* __restrict__ lb, const unsigned* __restrict__ bits,
+                         const I* __restrict__ P, const long long nx, const long long ny,
+                         I* __restrict__ oidx, T* __restrict__ odat,
+                         unsigned long long* __restrict__ queued, long long* __restrict__ queue) {
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
+    const unsigned below = (1u << lane) - 1u;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const long long tiles = (nx + TILE - 1) / TILE;
+    for (long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < tiles;
+         w += warps) {
+        if (w == 0 && lane == 0 && lb[0] > 0) queue_run(queued, queue, 0, lb[0], 0);
+        long long c = P[w];
+#pragma unroll 2
+        for (int k = 0; k < ITEMS; ++k) {
+            const long long e = w * TILE + 32 * k + lane;
+            const unsigned b = bits[w * ITEMS + k];
+            const bool match = (b >> lane) & 1u;
+            const long long q = e - (c + __popc(b & below));
+            c += __popc(b);
+            long long f0 = 0, f1 = 0, o = 0;
+            if (e < nx) {
+                const long long p = lb[e];
+                oidx[q + p] = xidx[e];
+                odat[q + p] = quotient(xdat[e], match ? ydat[p] : T(0));
+                f0 = p + (match ? 1 : 0);
+                f1 = e + 1 < nx ? (long long)lb[e + 1] : ny;
+                o = q + p + 1 - f0;  // the output position of y entry f of the run is o + f
+            }
+            int len = (int)min(f1 - f0, (long long)RUN + 1);
+            if (len > RUN) {
+                queue_run(queued, queue, f0, f1, o);
+                len = 0;
+            }
+            // the short runs, copied by the whole warp: run of lane l covers slots
+            // [start_l, start_l + len_l) of the warp's total
+            int start = len;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int v = __shfl_up_sync(full, start, d);
+                if (lane >= d) start += v;
+            }
+            const int total = __shfl_sync(full, start, 31);
+            start -= len;
+            for (int j0 = 0; j0 < total; j0 += 32) {
+                const int j = j0 + lane;
+                int lo = 0, hi = 31;  // the last lane whose run starts at or before slot j
+                while (lo < hi) {
+                    const int mid = (lo + hi + 1) >> 1;
+                    if (__shfl_sync(full, start, mid) <= j) lo = mid; else hi = mid - 1;
+                }
+                const long long f = __shfl_sync(full, f0, lo) + (j - __shfl_sync(full, start, lo));
+                const long long at = __shfl_sync(full, o, lo) + f;
+                if (j < total) {
+                    oidx[at] = yidx[f];
+                    odat[at] = quotient(T(0), ydat[f]);
+                }
+            }
+        }
+    }
+}
+
+// The queued runs: chunk c copies y entries queue[3c] .. queue[3c + 1] - 1 to output positions
+// queue[3c + 2] + f, holding 0 / y; a warp a chunk.
+template <typename T, typename I>
+__global__ void xpops_sparse_divide_runs(const I* __restrict__ yidx, const T* __restrict__ ydat,
+                                         const unsigned long long* __restrict__ queued,
+                                         const long long* __restrict__ queue,
+                                         I* __restrict__ oidx, T* __restrict__ odat) {
+    const int lane = threadIdx.x & 31;
+    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
+    const long long n = (long long)*queued;
+    for (long long c = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; c < n;
+         c += warps) {
+        const long long f0 = queue[3 * c], f1 = queue[3 * c + 1], o = queue[3 * c + 2];
+#pragma unroll 4
+        for (long long f = f0 + lane; f < f1; f += 32) {
+            oidx[o + f] = yidx[f];
+            odat[o + f] = quotient(T(0), ydat[f]);
+        }
+    }
+}
+
+// Distinct position i of a sorted operand: the sum of its entries vals[order[j]] for j in
+// starts[i] .. starts[i + 1] - 1, in that order, starting from the first.
 template <typename T>
-__global__ void xpops_sparse_divide_scalar(const T* __restrict__ xdat, const T* __restrict__ y_ptr,
-                                           const T y_value, const long long n,
-                                           T* __restrict__ odat) {
+__global__ void xpops_sparse_sum_runs(const T* __restrict__ vals,
+                                      const long long* __restrict__ order,
+                                      const long long* __restrict__ starts, const long long m,
+                                      const long long n, T* __restrict__ out) {
     const long long stride = (long long)gridDim.x * blockDim.x;
-    const T den = y_ptr ? *y_ptr : y_value;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += stride) {
+        const long long end = i + 1 < m ? starts[i + 1] : n;
+        T sum = vals[order[starts[i]]];
+        for (long long j = starts[i] + 1; j < end; ++j) sum += vals[order[j]];
+        out[i] = sum;
+    }
+}
+
+// out[i] = a[i] / b[i * b_step] (b_step 0: a 0-d device array); a null `a` or `b` stands for
+// a_value or b_value everywhere.
+template <typename T>
+__global__ void xpops_sparse_divide_values(const T* __restrict__ a, const T a_value,
+                                           const T* __restrict__ b, const long long b_step,
+                                           const T b_value, const long long n,
+                                           T* __restrict__ out) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        odat[i] = quotient(xdat[i], den);
+        out[i] = quotient(a ? a[i] : a_value, b ? b[i * b_step] : b_value);
     }
 }
 """
@@ -315,9 +472,12 @@ def _kernels(dtype_name: str, index_name: str) -> dict[str, cupy.RawKernel]:
     names = {
         "tile_rows": f"xpops_sparse_divide_tile_rows<{i}>",
         "match": f"xpops_sparse_divide_match<{i}>",
+        "scan": f"xpops_sparse_divide_scan<{i}>",
         "indptr": f"xpops_sparse_divide_indptr<{i}>",
         "fill": f"xpops_sparse_divide_fill<{t}, {i}>",
-        "scalar": f"xpops_sparse_divide_scalar<{t}>",
+        "runs": f"xpops_sparse_divide_runs<{t}, {i}>",
+        "values": f"xpops_sparse_divide_values<{t}>",
+        "sum_runs": f"xpops_sparse_sum_runs<{t}>",
     }
     options = (
         "-std=c++17",
@@ -326,6 +486,8 @@ def _kernels(dtype_name: str, index_name: str) -> dict[str, cupy.RawKernel]:
         f"-DROW_BYTES={ROW_BYTES}",
         f"-DTHREADS={THREADS}",
         f"-DMIN_BLOCKS={MIN_BLOCKS}",
+        f"-DRUN={RUN}",
+        f"-DCHUNK={CHUNK}",
     )
     module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=list(names.values()))
     return {key: module.get_function(name) for key, name in names.items()}
@@ -350,16 +512,49 @@ def _canonical_csr(a: Any, dtype: np.dtype) -> Any:
     """`a` as canonical CSR of `dtype`, never modifying `a`.
 
     ``has_canonical_format`` of a matrix whose state is unknown runs cupyx's check, a host
-    synchronisation whose answer cupyx keeps on the matrix.
+    synchronisation whose answer cupyx keeps on the matrix. Non-canonical operands are sorted
+    and summed here, not by cupyx, whose summation starts from +0 and so turns a lone stored
+    -0.0 into +0.0 (SciPy keeps it, and the sign shows in 0 / y).
     """
+    if not a.has_canonical_format:
+        return _summed_csr(a, dtype)
     if a.format == "coo":
-        a = a.tocsr()  # copies, sums duplicates, sorts
-    elif not a.has_canonical_format:
-        a = a.copy()
-        a.sum_duplicates()
-    if a.dtype != dtype:
-        a = a.astype(dtype)
-    return a
+        a = a.tocsr()  # canonical: nothing to sum
+    return a.astype(dtype) if a.dtype != dtype else a
+
+
+def _summed_csr(a: Any, dtype: np.dtype) -> Any:
+    """Canonical CSR of a COO or CSR matrix with unsorted or repeated positions.
+
+    Stable sort of the row-major keys, then one thread a distinct position summing its
+    entries in their stored order, starting from the first (so one entry keeps its exact
+    value). Host synchronisations: sizing the distinct positions.
+    """
+    nrows, ncols = a.shape
+    if a.format == "coo":
+        rows, cols = a.row, a.col
+    else:
+        cols = a.indices
+        rows = cupy.searchsorted(a.indptr[1:], cupy.arange(cols.size), side="right")
+    keys = rows.astype(np.int64) * ncols + cols.astype(np.int64)
+    order = cupy.argsort(keys, kind="stable")
+    keys = keys[order]
+    n = keys.size
+    first = cupy.ones(n, dtype=bool)
+    if n:
+        first[1:] = keys[1:] != keys[:-1]
+    starts = cupy.flatnonzero(first)
+    data = cupy.empty(starts.size, dtype=dtype)
+    if starts.size:
+        kernel = _kernels(dtype.name, "int32")["sum_runs"]
+        args = (a.data.astype(dtype, copy=False), order, starts, np.int64(starts.size))
+        args = (*args, np.int64(n), data)
+        kernel(_grid(starts.size), (THREADS,), args)
+    unique = keys[starts]
+    index = np.int32 if max(nrows, ncols, n) < 2**31 else np.int64
+    indptr = cupy.searchsorted(unique // ncols if ncols else unique, cupy.arange(nrows + 1))
+    indices = (unique % ncols if ncols else unique).astype(index)
+    return _make_csr(data, indices, indptr.astype(index), (nrows, ncols))
 
 
 def _make_csr(data, indices, indptr, shape) -> Any:
@@ -378,6 +573,23 @@ def _finish(x: Any, out: Any) -> Any:
     return out
 
 
+def _values(a, a_value, b, b_step, b_value, n, dtype) -> cupy.ndarray:
+    """``a / b`` elementwise over `n` values; None for `a` or `b` stands for the value."""
+    out = cupy.empty(n, dtype=dtype)
+    if n:
+        args = (
+            a if a is not None else np.uint64(0),
+            dtype.type(a_value),
+            b if b is not None else np.uint64(0),
+            np.int64(b_step),
+            dtype.type(b_value),
+            np.int64(n),
+            out,
+        )
+        _kernels(dtype.name, "int32")["values"](_grid(n), (THREADS,), args)
+    return out
+
+
 def divide(x: Any, y: Any) -> Any:
     """x / y of two cupyx COO/CSR matrices of one shape; arguments validated."""
     dtype = _quotient_dtype(x.dtype, y.dtype)
@@ -389,33 +601,35 @@ def divide(x: Any, y: Any) -> Any:
     nx, ny = int(xidx.size), int(yidx.size)
     kernels = _kernels(dtype.name, index.name)
 
-    tile = 32 * ITEMS
-    tiles = -(-nx // tile) + -(-ny // tile)
-    bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)
-    counts = cupy.empty(tiles, dtype=index)
-    prefix = cupy.empty(tiles + 1, dtype=index)  # prefix[0] = 0 is written by `match`
-    sizes = (np.int64(rows), np.int64(nx), np.int64(ny))
-    grid = (max(1, min(-(-tiles // (THREADS // 32)), _max_blocks())),)
+    if nx == 0:  # the pattern of y, 0 / y
+        data = _values(None, 0, yc.data, 1, 0, ny, dtype)
+        return _finish(x, _make_csr(data, yidx.copy(), yptr.copy(), x.shape))
+    tiles = -(-nx // (32 * ITEMS))
     first = cupy.empty(tiles, dtype=index)  # the rows of each tile's first and last entries
     last = cupy.empty(tiles, dtype=index)
-    if rows:
-        args = (xptr, yptr, *sizes, first, last)
-        kernels["tile_rows"]((-(-tiles // THREADS) or 1,), (THREADS,), args)
-        args = (xptr, xidx, yptr, yidx, first, last, *sizes, bits, counts, prefix)
-        kernels["match"](grid, (THREADS,), args)
-        cupy.cumsum(counts, out=prefix[1:])
-    else:
-        prefix[:] = 0
+    lb = cupy.empty(nx, dtype=index)  # each entry's lower bound in y
+    bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)
+    counts = cupy.empty(tiles, dtype=index)
+    prefix = cupy.empty(tiles + 1, dtype=index)  # matches in the tiles before each
+    grid = (max(1, min(-(-tiles // (THREADS // 32)), _max_blocks())),)
+    n_x, n_y = np.int64(nx), np.int64(ny)
+    args = (xptr, np.int64(rows), n_x, first, last)
+    kernels["tile_rows"]((-(-tiles // THREADS),), (THREADS,), args)
+    args = (xptr, xidx, yptr, yidx, first, last, n_x, lb, bits, counts)
+    kernels["match"](grid, (THREADS,), args)
+    queued = cupy.empty(1, dtype=np.uint64)  # chunks of long runs queued by `fill`
+    kernels["scan"]((1,), (1024,), (counts, np.int64(tiles), prefix, queued))
     indptr = cupy.empty(rows + 1, dtype=index)
-    args = (xptr, yptr, bits, prefix, np.int64(rows), np.int64(nx), indptr)
+    args = (xptr, yptr, bits, prefix, np.int64(rows), n_x, indptr)
     kernels["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
     nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
     indices = cupy.empty(nnz, dtype=index)
     data = cupy.empty(nnz, dtype=dtype)
-    if nnz:
-        args = (xptr, xidx, xc.data, yptr, yidx, yc.data, first, last, prefix, *sizes)
-        args = (*args, indices, data)
-        kernels["fill"](grid, (THREADS,), args)
+    queue = cupy.empty(3 * (ny // (RUN + 1) + ny // CHUNK + 1), dtype=np.int64)
+    args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, indices, data, queued, queue)
+    kernels["fill"](grid, (THREADS,), args)
+    args = (yidx, yc.data, queued, queue, indices, data)
+    kernels["runs"]((_max_blocks(),), (THREADS,), args)
     return _finish(x, _make_csr(data, indices, indptr, x.shape))
 
 
@@ -429,11 +643,8 @@ def divide_scalar(x: Any, y: Any) -> Any:
             dtype = (np.ones(1, dtype=x.dtype) / y).dtype
     xc = _canonical_csr(x, dtype)
     n = int(xc.data.size)
-    data = cupy.empty(n, dtype=dtype)
-    if n:
-        # a 0-d device divisor is read by the kernel: no synchronisation
-        y_ptr = y.astype(dtype).reshape(1) if on_device else np.uint64(0)
-        y_value = dtype.type(0 if on_device else y)
-        args = (xc.data, y_ptr, y_value, np.int64(n), data)
-        _kernels(dtype.name, "int32")["scalar"](_grid(n), (THREADS,), args)
+    if on_device:  # a 0-d device divisor is read by the kernel: no synchronisation
+        data = _values(xc.data, 0, y.astype(dtype).reshape(1), 0, 0, n, dtype)
+    else:
+        data = _values(xc.data, 0, None, 0, y, n, dtype)
     return _finish(x, _make_csr(data, xc.indices.copy(), xc.indptr.copy(), x.shape))
