@@ -1,24 +1,34 @@
-"""CuPy engine of sparse.divide: the union of two canonical CSR patterns by binary search.
+"""CuPy engine of sparse.divide: the union of two canonical CSR patterns, in five kernels.
 
-With both operands canonical CSR (sorted, unique column indices in each row), let ``C[e]`` be
-the number of entries of `x` before entry ``e`` (in storage order) whose position `y` also
-stores. Storage order is row-major key order, so the union entry made from `x`'s entry ``e``
-lands at ``e + lb_y(e) - C[e]``, where ``lb_y(e)`` is the storage index of the first entry of
-`y` in the same row at or after ``e``'s column; an entry ``f`` of `y` that `x` lacks lands at
-``f + lb_x(f) - C[lb_x(f)]``; and row ``r`` of the union starts at
-``x.indptr[r] + y.indptr[r] - C[x.indptr[r]]``. So:
+With both operands canonical CSR (sorted, unique column indices in each row), entries are in
+row-major key order. Let ``lb[e]`` be the storage index in `y` of the first entry at or after
+entry ``e`` of `x`, and ``C[e]`` the number of entries of `x` before ``e`` that `y` also
+stores. Then the union entry made from ``e`` lands at ``e + lb[e] - C[e]``, the entries of `y`
+between ``e`` and the next entry of `x` (a "run", all absent from `x`) follow it in order, and
+row ``r`` of the union starts at ``x.indptr[r] + y.indptr[r] - C[x.indptr[r]]``. So:
 
-1. ``match``: one thread an entry of `x`: find its row (binary search in ``x.indptr``), then its
-   column in `y`'s row (binary search); flag a match.
-2. ``C``: the exclusive prefix sum of the flags (``cupy.cumsum``).
-3. ``indptr``: the union's row pointers from the formula above; its last element, the union's
-   size, is the one host synchronisation.
-4. ``fill``: one thread an entry of `x` or of `y`: the same searches again, then the entry's
-   column and quotient written at its union position.
+1. ``tile_rows``: for each warp tile of 32 * ITEMS entries of `x`, the rows of its first and
+   last entries (binary searches, once for both passes).
+2. ``match``: per tile, the row pointers and `y`'s column indices of those rows are staged in
+   shared memory, and each entry's ``lb`` found by binary search there; match bits (one word
+   per 32 entries) and the tile's match count are written. This pass is instruction-bound:
+   the searches use int offsets and a per-lane row cursor.
+3. ``scan``: one block turns the tile counts into tile prefixes (and zeroes the run queue).
+4. ``indptr``: the union's row pointers, ``C`` at each row start from the prefixes and bits;
+   its last element, the union's size, is the one host synchronisation.
+5. ``fill``: per tile, no searching: each entry of `x` and its run of `y` written contiguously
+   (the warp copies its lanes' short runs together; runs longer than RUN are queued in chunks
+   of CHUNK for ``runs``). Writing the entries of `x` and of `y` from separate passes left
+   partial sectors that cost 50% more.
 
-Every thread does O(log) work whatever the row lengths, so power-law rows need no balancing;
-the searches mostly hit L1/L2 because neighbouring threads read the same rows. COO operands
-go through CSR (cupyx's conversion canonicalises them).
+Every warp does bounded work whatever the row lengths (long runs are spread over warps by the
+queue), so power-law rows need no balancing. Measured on an H100 for two 10^5 x 10^5 float32
+operands of 10^7 uniformly placed entries: tile_rows 13 us, match 94, scan 58 (cupy.cumsum
+37; the chunked version here replaced both), indptr 10, sync 15, fill 277, runs 10; about
+0.50-0.52 ms a call, where cuSPARSE's ``csrgeam`` (cupyx's ``x + y``) takes 4.7 ms.
+
+Operands that are not canonical (COO, unsorted or repeated positions) are sorted and summed
+first by ``sum_runs`` (cupyx's own summation turns a lone -0.0 into +0.0).
 """
 
 from typing import Any
@@ -604,28 +614,29 @@ def divide(x: Any, y: Any) -> Any:
     if nx == 0:  # the pattern of y, 0 / y
         data = _values(None, 0, yc.data, 1, 0, ny, dtype)
         return _finish(x, _make_csr(data, yidx.copy(), yptr.copy(), x.shape))
+    # Host work before a launch leaves the GPU idle: launch first, allocate the rest after.
     tiles = -(-nx // (32 * ITEMS))
+    n_x, n_y = np.int64(nx), np.int64(ny)
     first = cupy.empty(tiles, dtype=index)  # the rows of each tile's first and last entries
     last = cupy.empty(tiles, dtype=index)
+    args = (xptr, np.int64(rows), n_x, first, last)
+    kernels["tile_rows"]((-(-tiles // THREADS),), (THREADS,), args)
     lb = cupy.empty(nx, dtype=index)  # each entry's lower bound in y
     bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)
     counts = cupy.empty(tiles, dtype=index)
-    prefix = cupy.empty(tiles + 1, dtype=index)  # matches in the tiles before each
     grid = (max(1, min(-(-tiles // (THREADS // 32)), _max_blocks())),)
-    n_x, n_y = np.int64(nx), np.int64(ny)
-    args = (xptr, np.int64(rows), n_x, first, last)
-    kernels["tile_rows"]((-(-tiles // THREADS),), (THREADS,), args)
     args = (xptr, xidx, yptr, yidx, first, last, n_x, lb, bits, counts)
     kernels["match"](grid, (THREADS,), args)
+    prefix = cupy.empty(tiles + 1, dtype=index)  # matches in the tiles before each
     queued = cupy.empty(1, dtype=np.uint64)  # chunks of long runs queued by `fill`
     kernels["scan"]((1,), (1024,), (counts, np.int64(tiles), prefix, queued))
     indptr = cupy.empty(rows + 1, dtype=index)
     args = (xptr, yptr, bits, prefix, np.int64(rows), n_x, indptr)
     kernels["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
+    queue = cupy.empty(3 * (ny // (RUN + 1) + ny // CHUNK + 1), dtype=np.int64)
     nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
     indices = cupy.empty(nnz, dtype=index)
     data = cupy.empty(nnz, dtype=dtype)
-    queue = cupy.empty(3 * (ny // (RUN + 1) + ny // CHUNK + 1), dtype=np.int64)
     args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, indices, data, queued, queue)
     kernels["fill"](grid, (THREADS,), args)
     args = (yidx, yc.data, queued, queue, indices, data)
