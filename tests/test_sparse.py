@@ -727,6 +727,28 @@ def test_scalar_dtype_rules(scipy_only):
     assert xpops.sparse.divide(x, np.float32(2)).dtype == np.float64
 
 
+# ---- the SciPy engine's row blocks and its fallback ----------------------------------------------
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["csr_plus_csr", "public_add"])
+@pytest.mark.parametrize("zeros", [0.0, 0.2], ids=["values", "positions"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype):
+    """Many small row blocks (rows longer than a block, empty rows), through SciPy's compiled
+    addition called directly and through its public operator."""
+    from xpops._numpy import sparse as engine
+
+    monkeypatch.setattr(engine, "BLOCK_ENTRIES", 37)
+    if not direct:
+        monkeypatch.setattr(engine, "_csr_plus_csr", None)
+    rng = np.random.default_rng(7)
+    shape = (40, 300)
+    rows = np.concatenate([np.arange(0, 40, 3), np.full(20, 5)])  # row 5 is long
+    x = random_entries(rng, shape, 400, zeros=zeros, rows=rows)
+    y = random_entries(rng, shape, 350, zeros=zeros, rows=rows[::2])
+    run_and_check(scipy_only, "csr", x, dtype, "coo", y, dtype, shape)
+
+
 # ---- N-D COO (SciPy) -----------------------------------------------------------------------------
 
 

@@ -557,8 +557,8 @@ def _summed_csr(a: Any, dtype: np.dtype) -> Any:
     data = cupy.empty(starts.size, dtype=dtype)
     if starts.size:
         kernel = _kernels(dtype.name, "int32")["sum_runs"]
-        args = (a.data.astype(dtype, copy=False), order, starts, np.int64(starts.size))
-        args = (*args, np.int64(n), data)
+        vals = a.data.astype(dtype, copy=False)
+        args: tuple[Any, ...] = (vals, order, starts, np.int64(starts.size), np.int64(n), data)
         kernel(_grid(starts.size), (THREADS,), args)
     unique = keys[starts]
     index = np.int32 if max(nrows, ncols, n) < 2**31 else np.int64
@@ -587,7 +587,7 @@ def _values(a, a_value, b, b_step, b_value, n, dtype) -> cupy.ndarray:
     """``a / b`` elementwise over `n` values; None for `a` or `b` stands for the value."""
     out = cupy.empty(n, dtype=dtype)
     if n:
-        args = (
+        args: tuple[Any, ...] = (
             a if a is not None else np.uint64(0),
             dtype.type(a_value),
             b if b is not None else np.uint64(0),
@@ -619,7 +619,7 @@ def divide(x: Any, y: Any) -> Any:
     n_x, n_y = np.int64(nx), np.int64(ny)
     first = cupy.empty(tiles, dtype=index)  # the rows of each tile's first and last entries
     last = cupy.empty(tiles, dtype=index)
-    args = (xptr, np.int64(rows), n_x, first, last)
+    args: tuple[Any, ...] = (xptr, np.int64(rows), n_x, first, last)
     kernels["tile_rows"]((-(-tiles // THREADS),), (THREADS,), args)
     lb = cupy.empty(nx, dtype=index)  # each entry's lower bound in y
     bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)

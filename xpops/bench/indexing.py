@@ -1,5 +1,6 @@
 """Benchmark cases of tril_indices / triu_indices (write-only: compared with the fill rate)."""
 
+import functools
 from typing import Any
 
 import xpops
@@ -57,7 +58,7 @@ def cases(backend: str) -> list[Case]:
                         label=f"({row}, {col}, {k}) {dtype}",
                         nbytes=2 * n * itemsize,
                         bandwidth="fill",
-                        run=lambda fn=fn, r=row, c=col, k=k, dt=dt: fn(r, c, k, dtype=dt),
+                        run=functools.partial(fn, row, col, k, dtype=dt),
                         peers=_peer_calls(backend, name, row, col, k, dtype),
                     )
                 )

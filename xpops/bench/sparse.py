@@ -7,6 +7,9 @@ sparse division, which densifies (SciPy, cupyx) or refuses (PyTorch): the runner
 failures by exception name.
 """
 
+import functools
+import operator
+from collections.abc import Callable
 from typing import Any
 
 from ._case import Case
@@ -55,11 +58,9 @@ def _torch_peer(backend: str, x: Any, y: Any) -> dict[str, Any]:
         return {}
 
     def tensor(m: Any) -> Any:
-        if backend == "cupy":
-            parts = [torch.from_dlpack(a) for a in (m.indptr, m.indices, m.data)]
-        else:
-            parts = [torch.from_numpy(a) for a in (m.indptr, m.indices, m.data)]
-        return torch.sparse_csr_tensor(*parts, size=m.shape)
+        convert = torch.from_dlpack if backend == "cupy" else torch.from_numpy
+        crow, col, val = (convert(a) for a in (m.indptr, m.indices, m.data))
+        return torch.sparse_csr_tensor(crow, col, val, size=m.shape)
 
     tx, ty = tensor(x), tensor(y)
     return {"torch": lambda: tx / ty}
@@ -80,7 +81,10 @@ def cases(backend: str) -> list[Case]:
         itemsize = 4 if dtype == "float32" else 8
         index = 4
         nbytes = (x.nnz + y.nnz + union) * (itemsize + index) + 3 * (n + 1) * index
-        peers = {f"{lib} x+y": lambda x=x, y=y: x + y, f"{lib} x/y": lambda x=x, y=y: x / y}
+        peers: dict[str, Callable[[], Any]] = {
+            f"{lib} x+y": functools.partial(operator.add, x, y),
+            f"{lib} x/y": functools.partial(operator.truediv, x, y),
+        }
         peers.update(_torch_peer(backend, x, y))
         out.append(
             Case(
@@ -88,7 +92,7 @@ def cases(backend: str) -> list[Case]:
                 label=f"{n}x{n} CSR, {x.nnz / 1e6:.1f}M + {y.nnz / 1e6:.1f}M entries {dtype}",
                 nbytes=nbytes,
                 bandwidth="copy",
-                run=lambda x=x, y=y: xpops.sparse.divide(x, y),
+                run=functools.partial(xpops.sparse.divide, x, y),
                 peers=peers,
             )
         )

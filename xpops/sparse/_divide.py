@@ -75,8 +75,9 @@ def divide(x: Any, y: Any, /) -> Any:
         SciPy has it.
     y : sparse array or matrix, or scalar
         Divisor: a sparse operand of the same library and shape as `x` (converted to the
-        format of `x` when it differs), or a scalar (a Python or NumPy number, or a 0-d array
-        of the same library), by which only the stored values of `x` are divided.
+        format of `x` when it differs), or a scalar (a Python or NumPy number, a 0-d NumPy
+        array, or with cupyx a 0-d CuPy array), by which only the stored values of `x` are
+        divided.
 
     Returns
     -------
