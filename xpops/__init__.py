@@ -6,7 +6,7 @@ environment variable ``XPOPS_BACKEND`` (``numpy``, the default, or ``cupy``) pic
 
 __version__ = "0.1.0.dev0"
 
-from . import linalg, sparse
+from . import distributions, linalg, sparse
 from ._backend import default_namespace, get_namespace
 from ._cumulative import logcumsumexp
 from ._indexing import tril_indices, triu_indices
@@ -14,6 +14,7 @@ from ._indexing import tril_indices, triu_indices
 __all__ = [
     "__version__",
     "default_namespace",
+    "distributions",
     "get_namespace",
     "linalg",
     "logcumsumexp",

@@ -1,0 +1,332 @@
+"""distributions.MultivariateNormal on every backend.
+
+References are independent: scipy.stats.multivariate_normal (logpdf, entropy), closed forms
+computed here in float64 NumPy (KL divergence, moments), and the issue's numeric anchors.
+"""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+
+import xpops
+from xpops.distributions import MultivariateNormal, kl_divergence
+
+from ._support import backend_name, to_numpy
+
+COV = np.array([[2.0, 0.5], [0.5, 1.0]])
+
+
+def random_cov(rng, batch, d):
+    g = rng.standard_normal((*batch, d, d))
+    return g @ np.swapaxes(g, -1, -2) / max(d, 1) + np.eye(d)
+
+
+def as_xp(xp, a, dtype="float64"):
+    return xp.asarray(np.array(a, dtype=dtype))  # a writable copy (torch warns otherwise)
+
+
+def rtol(dtype):
+    return 2e-4 if dtype == "float32" else 1e-10
+
+
+def make(xp, loc, param, matrix, dtype="float64", **kw):
+    return MultivariateNormal(as_xp(xp, loc, dtype), **{param: as_xp(xp, matrix, dtype)}, **kw)
+
+
+def matrices(cov):
+    """The three parametrizations of one covariance, in float64."""
+    return {
+        "covariance_matrix": cov,
+        "precision_matrix": np.linalg.inv(cov),
+        "scale_tril": np.linalg.cholesky(cov),
+    }
+
+
+PARAMS = ["covariance_matrix", "precision_matrix", "scale_tril"]
+
+
+# ---- the issue's anchors and SciPy ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("param", PARAMS)
+def test_anchors(xp, param):
+    d = make(xp, np.zeros(2), param, matrices(COV)[param])
+    assert math.isclose(float(d.log_prob(as_xp(xp, [0.0, 0.0]))), -2.117685, abs_tol=1e-6)
+    assert math.isclose(float(d.log_prob(as_xp(xp, [1.0, 1.0]))), -2.689114, abs_tol=1e-6)
+    assert math.isclose(float(d.entropy()), 3.117685, abs_tol=1e-6)
+    q = make(xp, np.ones(2), "covariance_matrix", np.eye(2))
+    assert math.isclose(float(d.kl_divergence(q)), 1.220192, abs_tol=1e-6)
+    assert math.isclose(float(kl_divergence(d, q)), 1.220192, abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("param", PARAMS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_log_prob_and_entropy_against_scipy(xp, param, dtype):
+    rng = np.random.default_rng(1)
+    batch, d = (3, 2), 4
+    cov = random_cov(rng, batch, d)
+    loc = rng.standard_normal((*batch, d))
+    value = rng.standard_normal((5, *batch, d)) * 2
+    dist = make(xp, loc, param, matrices(cov)[param], dtype)
+    got = to_numpy(dist.log_prob(as_xp(xp, value, dtype)))
+    assert got.shape == (5, *batch)
+    assert got.dtype == np.dtype(dtype)
+    want = np.empty((5, *batch))
+    ent = np.empty(batch)
+    for idx in np.ndindex(*batch):
+        ref = scipy.stats.multivariate_normal(loc[idx], cov[idx])
+        want[(slice(None), *idx)] = ref.logpdf(value[(slice(None), *idx)])
+        ent[idx] = ref.entropy()
+    np.testing.assert_allclose(got, want, rtol=rtol(dtype), atol=rtol(dtype))
+    np.testing.assert_allclose(
+        to_numpy(dist.prob(as_xp(xp, value, dtype))),
+        np.exp(want),
+        rtol=10 * rtol(dtype),
+        atol=1e-12,
+    )
+    np.testing.assert_allclose(to_numpy(dist.entropy()), ent, rtol=rtol(dtype))
+
+
+def test_the_three_parametrizations_agree(xp):
+    rng = np.random.default_rng(2)
+    cov = random_cov(rng, (4,), 3)
+    loc = rng.standard_normal((4, 3))
+    dists = {p: make(xp, loc, p, matrices(cov)[p]) for p in PARAMS}
+    for p, dist in dists.items():
+        np.testing.assert_allclose(to_numpy(dist.covariance_matrix), cov, rtol=1e-10, err_msg=p)
+        np.testing.assert_allclose(
+            to_numpy(dist.precision_matrix), np.linalg.inv(cov), rtol=1e-9, err_msg=p
+        )
+        np.testing.assert_allclose(
+            to_numpy(dist.scale_tril), np.linalg.cholesky(cov), rtol=1e-9, atol=1e-12, err_msg=p
+        )
+        np.testing.assert_allclose(to_numpy(dist.mean), loc)
+        np.testing.assert_allclose(to_numpy(dist.mode), loc)
+        np.testing.assert_allclose(to_numpy(dist.loc), loc)
+        var = np.diagonal(cov, axis1=-2, axis2=-1)
+        np.testing.assert_allclose(to_numpy(dist.variance), var, rtol=1e-10)
+        np.testing.assert_allclose(to_numpy(dist.stddev), np.sqrt(var), rtol=1e-10)
+
+
+# ---- shapes and broadcasting ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("loc_shape", "cov_batch", "batch"),
+    [((3,), (), ()), ((4, 3), (), (4,)), ((3,), (5,), (5,)), ((2, 1, 3), (4,), (2, 4))],
+)
+def test_batch_broadcasting(xp, loc_shape, cov_batch, batch):
+    rng = np.random.default_rng(3)
+    d = loc_shape[-1]
+    loc = rng.standard_normal(loc_shape)
+    cov = random_cov(rng, cov_batch, d)
+    dist = make(xp, loc, "covariance_matrix", cov)
+    assert dist.batch_shape == batch
+    assert dist.event_shape == (d,)
+    assert tuple(dist.scale_tril.shape) == (*batch, d, d)
+    assert tuple(dist.covariance_matrix.shape) == (*batch, d, d)
+    assert tuple(dist.mean.shape) == (*batch, d)
+    value = rng.standard_normal((6, *[1] * len(batch), d))
+    lp = to_numpy(dist.log_prob(as_xp(xp, value)))
+    assert lp.shape == (6, *batch)
+    loc_b = np.broadcast_to(loc, (*batch, d))
+    cov_b = np.broadcast_to(cov, (*batch, d, d))
+    for idx in np.ndindex(*batch):
+        want = scipy.stats.multivariate_normal(loc_b[idx], cov_b[idx]).logpdf(value.reshape(6, d))
+        np.testing.assert_allclose(lp[(slice(None), *idx)], np.atleast_1d(want), rtol=1e-10)
+    assert tuple(dist.sample((7,), rng=0).shape) == (7, *batch, d)
+    assert tuple(dist.entropy().shape) == batch
+
+
+def test_kl_batch_broadcasting_against_closed_form(xp):
+    rng = np.random.default_rng(4)
+    d = 3
+    cp, cq = random_cov(rng, (4, 1), d), random_cov(rng, (5,), d)
+    mp, mq = rng.standard_normal((4, 1, d)), rng.standard_normal((d,))
+    p = make(xp, mp, "covariance_matrix", cp)
+    q = make(xp, mq, "precision_matrix", np.linalg.inv(cq))
+    got = to_numpy(kl_divergence(p, q))
+    assert got.shape == (4, 5)
+    cp_b, cq_b = np.broadcast_to(cp, (4, 5, d, d)), np.broadcast_to(cq, (4, 5, d, d))
+    mp_b, mq_b = np.broadcast_to(mp, (4, 5, d)), np.broadcast_to(mq, (4, 5, d))
+    want = np.empty((4, 5))
+    for idx in np.ndindex(4, 5):
+        qi = np.linalg.inv(cq_b[idx])
+        diff = mq_b[idx] - mp_b[idx]
+        want[idx] = 0.5 * (
+            np.trace(qi @ cp_b[idx])
+            + diff @ qi @ diff
+            - d
+            + np.linalg.slogdet(cq_b[idx])[1]
+            - np.linalg.slogdet(cp_b[idx])[1]
+        )
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    np.testing.assert_allclose(to_numpy(kl_divergence(p, p)), np.zeros((4, 1)), atol=1e-12)
+
+
+def test_zero_size_batch_and_d_zero(xp):
+    dist = make(xp, np.zeros((0, 3)), "covariance_matrix", np.eye(3))
+    assert dist.batch_shape == (0,)
+    assert tuple(dist.log_prob(as_xp(xp, np.zeros(3))).shape) == (0,)
+    assert tuple(dist.sample((2,), rng=0).shape) == (2, 0, 3)
+    assert tuple(dist.entropy().shape) == (0,)
+    empty = make(xp, np.zeros((4, 0)), "covariance_matrix", np.zeros((0, 0)))
+    assert empty.event_shape == (0,)
+    np.testing.assert_allclose(to_numpy(empty.log_prob(as_xp(xp, np.zeros((4, 0))))), 0.0)
+    np.testing.assert_allclose(to_numpy(empty.entropy()), np.zeros(4))
+    assert tuple(empty.sample((3,), rng=1).shape) == (3, 4, 0)
+    np.testing.assert_allclose(to_numpy(kl_divergence(empty, empty)), np.zeros(4))
+
+
+def test_loc_as_python_list():
+    d = MultivariateNormal([0.0, 0.0], covariance_matrix=COV)
+    assert isinstance(d.loc, np.ndarray)
+    assert math.isclose(float(d.log_prob([1.0, 1.0])), -2.689114, abs_tol=1e-6)
+
+
+def test_integer_parameters_become_float(xp):
+    d = MultivariateNormal(
+        as_xp(xp, [0, 0], "int64"), covariance_matrix=as_xp(xp, [[2, 0], [0, 1]], "int64")
+    )
+    assert "float" in str(d.mean.dtype)
+
+
+# ---- sampling -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("param", PARAMS)
+def test_sample_moments(xp, param):
+    rng = np.random.default_rng(5)
+    cov = random_cov(rng, (), 3)
+    loc = rng.standard_normal(3)
+    dist = make(xp, loc, param, matrices(cov)[param])
+    n = 200_000
+    s = to_numpy(dist.sample((n,), rng=42))
+    assert s.shape == (n, 3)
+    sd = np.sqrt(np.diag(cov))
+    assert np.all(np.abs(s.mean(0) - loc) < 5 * sd / math.sqrt(n))
+    emp = np.cov(s.T)
+    se = np.sqrt((cov**2 + np.outer(np.diag(cov), np.diag(cov))) / n)  # sd of the estimates
+    assert np.all(np.abs(emp - cov) < 6 * se)
+
+
+def test_sample_reproducible_and_rsample_equal(xp):
+    dist = make(xp, np.zeros(2), "covariance_matrix", COV)
+    a = to_numpy(dist.sample((4,), rng=3))
+    b = to_numpy(dist.rsample((4,), rng=3))
+    np.testing.assert_array_equal(a, b)
+    if backend_name(xp) != "cupy":
+        c = to_numpy(dist.sample(4, rng=np.random.default_rng(3)))
+        np.testing.assert_array_equal(a, c)
+    assert not np.array_equal(a, to_numpy(dist.sample((4,), rng=4)))
+
+
+def test_rng_of_the_wrong_backend():
+    dist = MultivariateNormal(np.zeros(2), covariance_matrix=COV)
+    with pytest.raises(TypeError, match="rng"):
+        dist.sample((2,), rng="seed")
+    cupy = pytest.importorskip("cupy")
+    try:
+        gen = cupy.random.default_rng(0)
+    except Exception:
+        pytest.skip("no CUDA device available")
+    with pytest.raises(TypeError, match="rng"):
+        dist.sample((2,), rng=gen)
+
+
+def test_rsample_keeps_gradients():
+    torch = pytest.importorskip("torch")
+    loc = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    tril = torch.tensor(np.linalg.cholesky(COV), requires_grad=True)
+    dist = MultivariateNormal(loc, scale_tril=tril)
+    dist.rsample((10,), rng=0).sum().backward()
+    assert loc.grad is not None
+    assert tril.grad is not None
+    np.testing.assert_allclose(loc.grad.numpy(), [10.0, 10.0])
+
+
+# ---- validation -----------------------------------------------------------------------------
+
+
+def test_exactly_one_matrix():
+    with pytest.raises(ValueError, match="Exactly one of covariance_matrix"):
+        MultivariateNormal(np.zeros(2))
+    with pytest.raises(ValueError, match="Exactly one of covariance_matrix"):
+        MultivariateNormal(np.zeros(2), covariance_matrix=COV, scale_tril=COV)
+
+
+@pytest.mark.parametrize(
+    ("param", "matrix", "message"),
+    [
+        ("covariance_matrix", [[1.0, 2.0], [0.0, 1.0]], "symmetric"),
+        ("covariance_matrix", [[1.0, 2.0], [2.0, 1.0]], "positive definite"),
+        ("precision_matrix", [[1.0, 0.0], [0.0, -1.0]], "positive definite"),
+        ("precision_matrix", [[1.0, 0.5], [0.4, 1.0]], "symmetric"),
+        ("scale_tril", [[1.0, 0.3], [0.5, 1.0]], "lower triangular"),
+        ("scale_tril", [[1.0, 0.0], [0.5, -1.0]], "positive diagonal"),
+        ("covariance_matrix", [[1.0, np.nan], [np.nan, 1.0]], "finite"),
+    ],
+)
+def test_constraint_errors(xp, param, matrix, message):
+    with pytest.raises(ValueError, match=message) as info:
+        make(xp, np.zeros(2), param, matrix)
+    assert param in str(info.value)
+    assert "(2, 2)" in str(info.value)
+
+
+def test_loc_and_value_errors(xp):
+    with pytest.raises(ValueError, match="`loc` must be finite"):
+        make(xp, [0.0, np.inf], "covariance_matrix", COV)
+    with pytest.raises(ValueError, match="agree on D"):
+        make(xp, np.zeros(3), "covariance_matrix", COV)
+    with pytest.raises(ValueError, match=r"shape \(\*, D, D\)"):
+        make(xp, np.zeros(2), "covariance_matrix", np.ones((2, 3)))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        make(xp, np.zeros((3, 2)), "covariance_matrix", np.broadcast_to(COV, (4, 2, 2)))
+    dist = make(xp, np.zeros(2), "covariance_matrix", COV)
+    with pytest.raises(ValueError, match=r"event shape"):
+        dist.log_prob(as_xp(xp, np.zeros(3)))
+    with pytest.raises(ValueError, match="finite"):
+        dist.log_prob(as_xp(xp, [np.nan, 0.0]))
+
+
+def test_validate_args_false_skips_checks():
+    junk = np.array([[1.0, 0.3], [0.5, 1.0]])  # junk above the diagonal
+    dist = MultivariateNormal(np.zeros(2), scale_tril=junk, validate_args=False)
+    clean = MultivariateNormal(np.zeros(2), scale_tril=np.tril(junk))
+    np.testing.assert_allclose(dist.log_prob(np.ones(2)), clean.log_prob(np.ones(2)))
+    np.testing.assert_array_equal(dist.sample((3,), rng=1), clean.sample((3,), rng=1))
+    MultivariateNormal(np.array([np.nan, 0.0]), covariance_matrix=COV, validate_args=False)
+
+
+def test_kl_errors():
+    p = MultivariateNormal(np.zeros(2), covariance_matrix=COV)
+    q = MultivariateNormal(np.zeros(3), covariance_matrix=np.eye(3))
+    with pytest.raises(ValueError, match="same event size"):
+        kl_divergence(p, q)
+    with pytest.raises(TypeError, match="MultivariateNormal"):
+        kl_divergence(p, "q")
+
+
+def test_inputs_unmodified(xp):
+    loc, cov = np.zeros(2), COV.copy()
+    xl, xc = as_xp(xp, loc), as_xp(xp, cov)
+    d = MultivariateNormal(xl, covariance_matrix=xc)
+    d.log_prob(as_xp(xp, np.ones(2)))
+    d.sample((3,), rng=0)
+    np.testing.assert_array_equal(to_numpy(xl), loc)
+    np.testing.assert_array_equal(to_numpy(xc), cov)
+
+
+def test_result_namespace(xp):
+    d = make(xp, np.zeros(2), "covariance_matrix", COV)
+    name = backend_name(xp)
+    for out in (d.log_prob(as_xp(xp, np.ones(2))), d.sample((2,), rng=0), d.entropy()):
+        assert type(out).__module__.split(".")[0] == name or name == "numpy"
+
+
+def test_public_surface():
+    assert xpops.distributions.MultivariateNormal is MultivariateNormal
+    assert "distributions" in xpops.__all__
