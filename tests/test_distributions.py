@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.special
 import scipy.stats
 
 import xpops
@@ -330,3 +331,90 @@ def test_result_namespace(xp):
 def test_public_surface():
     assert xpops.distributions.MultivariateNormal is MultivariateNormal
     assert "distributions" in xpops.__all__
+
+
+# ---- cdf and logcdf -------------------------------------------------------------------------
+
+
+def test_cdf_1d_exact_and_far_tail():
+    d = MultivariateNormal(np.zeros(1), covariance_matrix=np.eye(1))
+    np.testing.assert_allclose(d.cdf(np.array([0.0])), 0.5)
+    np.testing.assert_allclose(d.logcdf(np.array([-40.0])), -804.6084420137538, rtol=1e-12)
+    x = np.linspace(-5, 5, 11)[:, None]
+    np.testing.assert_allclose(d.cdf(x), scipy.stats.norm.cdf(x[:, 0]), rtol=1e-13, atol=0)
+    s = MultivariateNormal(np.array([1.0]), covariance_matrix=np.array([[4.0]]))
+    got = s.cdf(np.array([3.0]), lower_limit=np.array([-1.0]))
+    np.testing.assert_allclose(got, scipy.stats.norm.cdf(1) - scipy.stats.norm.cdf(-1), rtol=1e-13)
+
+
+def test_cdf_2d_against_closed_form_and_scipy():
+    rho = 0.3
+    cov = np.array([[1.0, rho], [rho, 1.0]])
+    d = MultivariateNormal(np.zeros(2), covariance_matrix=cov)
+    want = 0.25 + math.asin(rho) / (2 * math.pi)
+    np.testing.assert_allclose(d.cdf(np.zeros(2)), want, rtol=0, atol=1e-14)
+    values = np.array([[0.5, -1.0], [2.0, 1.5], [-3.0, 0.2]])
+    ref = scipy.stats.multivariate_normal(np.zeros(2), cov, abseps=1e-12, releps=1e-12)
+    want = ref.cdf(values, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(d.cdf(values), want, atol=1e-9)
+    cov2 = 2.0 * cov
+    d2 = MultivariateNormal(np.ones(2), covariance_matrix=cov2)
+    ref2 = scipy.stats.multivariate_normal(np.ones(2), cov2, abseps=1e-12, releps=1e-12)
+    want2 = ref2.cdf(values, rng=np.random.default_rng(0))
+    np.testing.assert_allclose(d2.cdf(values), want2, atol=1e-9)
+    _, err = d.cdf(np.zeros(2), return_error=True)
+    assert 0 <= float(err) <= 1e-13
+
+
+@pytest.mark.parametrize("dim", [3, 5])
+def test_cdf_equicorrelated_orthant(dim):
+    cov = np.full((dim, dim), 0.5) + 0.5 * np.eye(dim)
+    d = MultivariateNormal(np.zeros(dim), covariance_matrix=cov)
+    got, err = d.cdf(np.zeros(dim), abseps=1e-5, rng=1, return_error=True)
+    assert abs(float(got) - 1 / (dim + 1)) <= max(3 * float(err), 2e-5)
+    again = d.cdf(np.zeros(dim), abseps=1e-5, rng=1)
+    assert float(again) == float(got)
+
+
+def test_cdf_batched_against_scipy():
+    rng = np.random.default_rng(9)
+    cov = random_cov(rng, (3,), 4)
+    loc = rng.standard_normal((3, 4))
+    d = MultivariateNormal(loc, covariance_matrix=cov)
+    value = loc + 0.5
+    got = d.cdf(value, abseps=1e-6, rng=0)
+    assert got.shape == (3,)
+    for i in range(3):
+        ref = scipy.stats.multivariate_normal(loc[i], cov[i], abseps=1e-7, releps=0)
+        want = ref.cdf(value[i], rng=np.random.default_rng(1))
+        assert abs(got[i] - want) < 5e-5
+
+
+def test_logcdf_far_tail_5d():
+    d = MultivariateNormal(np.zeros(5), covariance_matrix=np.eye(5))
+    got = d.logcdf(np.full(5, -10.0), rng=0)
+    want = 5 * scipy.special.log_ndtr(-10.0)
+    assert np.isfinite(got)
+    np.testing.assert_allclose(got, want, rtol=1e-8)
+
+
+def test_cdf_option_errors():
+    d = MultivariateNormal(np.zeros(3), covariance_matrix=np.eye(3))
+    with pytest.raises(ValueError, match="abseps"):
+        d.cdf(np.zeros(3), abseps=-1)
+    with pytest.raises(ValueError, match="maxpts"):
+        d.cdf(np.zeros(3), maxpts=0)
+    with pytest.raises(TypeError, match="rng"):
+        d.cdf(np.zeros(3), rng="seed")
+    with pytest.raises(ValueError, match="NaN"):
+        d.cdf(np.array([np.nan, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="event shape"):
+        d.cdf(np.zeros(2))
+
+
+def test_cdf_other_namespaces_not_implemented(xp):
+    if backend_name(xp) == "numpy":
+        pytest.skip("implemented on NumPy")
+    d = make(xp, np.zeros(2), "covariance_matrix", COV)
+    with pytest.raises(NotImplementedError, match="NumPy backend only"):
+        d.cdf(as_xp(xp, np.zeros(2)))

@@ -117,9 +117,11 @@ def divide(x: Any, y: Any, /) -> Any:
     PyTorch, JAX and TensorFlow refuse sparse divisors.
 
     Backend support: SciPy (the union is merged by SciPy's compiled CSR addition on encoded
-    values; COO through CSR) and cupyx (CUDA kernels: a binary search of each entry in the
-    other operand's row, a scan of the row counts and one host synchronisation to size the
-    result; COO through CSR).
+    values, in blocks of rows; COO through CSR) and cupyx (CUDA kernels in two passes over
+    tiles of `x`: binary searches in `y`'s staged rows, then a streaming write of each tile's
+    stretch of the result; one host synchronisation to size the result, plus sorting and
+    summing first for operands that are not canonical; COO through CSR). The result never
+    holds more than the two operands' entries; nothing of the dense size is allocated.
 
     Examples
     --------
