@@ -418,3 +418,18 @@ def test_cdf_other_namespaces_not_implemented(xp):
     d = make(xp, np.zeros(2), "covariance_matrix", COV)
     with pytest.raises(NotImplementedError, match="NumPy backend only"):
         d.cdf(as_xp(xp, np.zeros(2)))
+
+
+def test_batched_sample_moments(xp):
+    rng = np.random.default_rng(8)
+    cov = random_cov(rng, (2,), 3)
+    loc = rng.standard_normal((2, 3))
+    dist = make(xp, loc, "scale_tril", np.linalg.cholesky(cov))
+    n = 100_000
+    s = to_numpy(dist.sample((n,), rng=7))
+    assert s.shape == (n, 2, 3)
+    for b in range(2):
+        sd = np.sqrt(np.diag(cov[b]))
+        assert np.all(np.abs(s[:, b].mean(0) - loc[b]) < 5 * sd / math.sqrt(n))
+        se = np.sqrt((cov[b] ** 2 + np.outer(np.diag(cov[b]), np.diag(cov[b]))) / n)
+        assert np.all(np.abs(np.cov(s[:, b].T) - cov[b]) < 6 * se)

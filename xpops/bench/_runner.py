@@ -18,6 +18,9 @@ _REGISTRY = {
     "logcumsumexp": "cumulative",
     "cholesky_solve": "linalg",
     "sparse.divide": "sparse",
+    "MultivariateNormal.log_prob": "distributions",
+    "MultivariateNormal.sample": "distributions",
+    "MultivariateNormal.cdf": "distributions",
 }
 
 

@@ -178,6 +178,7 @@ class MultivariateNormal:
                 raise ValueError(msg)
             self._check_matrix(name, matrix)
         self._tril = self._factor(name, matrix)  # L with L L^T = covariance, own batch shape
+        self._linv_t: Array | None = None
         if self._validate and name != "scale_tril":
             self._check_factor(name, matrix)
 
@@ -311,6 +312,15 @@ class MultivariateNormal:
 
     # ---- helpers --------------------------------------------------------------------------
 
+    def _inverse_factor_t(self) -> Array:
+        """``L^-T`` of an unbatched distribution, computed once."""
+        if self._linv_t is None:
+            xp = self._xp
+            eye = xp.eye(self._d, dtype=self._dtype, device=_compat.device(self._tril))
+            linv = solve_triangular(self._tril, eye, lower=True, xp=xp)
+            self._linv_t = xp.matrix_transpose(linv)
+        return self._linv_t
+
     def _half_log_det(self) -> Array:
         xp = self._xp
         return xp.sum(xp.log(xp.linalg.diagonal(self._tril)), axis=-1)
@@ -355,9 +365,15 @@ class MultivariateNormal:
         diff = value - self._loc
         if self._d == 0 or math.prod(_shape(diff)) == 0:
             maha = xp.sum(diff * diff, axis=-1)
+        elif not self._batch_shape:
+            # one distribution, many points: one matrix product with L^-T (what SciPy does),
+            # not a solve per point; L^-T is computed once, by a triangular solve
+            flat = xp.reshape(diff, (-1, self._d))
+            z = xp.reshape(xp.matmul(flat, self._inverse_factor_t()), _shape(diff))
+            maha = xp.sum(z * z, axis=-1)
         else:
-            z = solve_triangular(self._tril, diff[..., None], lower=True, xp=xp)
-            maha = xp.sum(z[..., 0] * z[..., 0], axis=-1)
+            z = solve_triangular(self._tril, diff[..., None], lower=True, xp=xp)[..., 0]
+            maha = xp.sum(z * z, axis=-1)
         return -0.5 * (self._d * _LOG_2PI + maha) - self._half_log_det()
 
     def prob(self, value: Any) -> Array:
@@ -388,9 +404,9 @@ class MultivariateNormal:
             )
             raise TypeError(msg)
         gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)  # type: ignore[arg-type]
+        if _backend.is_numpy_namespace(xp):  # NumPy draws float32 directly (faster)
+            return gen.standard_normal(full, dtype=np.dtype(self._dtype).type)
         eps = gen.standard_normal(full)
-        if _backend.is_numpy_namespace(xp):
-            return eps.astype(np.dtype(self._dtype), copy=False)
         return xp.asarray(eps, dtype=self._dtype, device=_compat.device(self._tril))
 
     def rsample(self, shape: tuple[int, ...] | int = (), *, rng: Any = None) -> Array:
@@ -399,6 +415,11 @@ class MultivariateNormal:
         shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)  # type: ignore[arg-type]
         xp = self._xp
         eps = self._normal(shape, rng)
+        if not self._batch_shape and self._d and math.prod(_shape(eps)):
+            # one distribution: one matrix product eps L^T, not one per point
+            flat = xp.reshape(eps, (-1, self._d))
+            x = xp.matmul(flat, xp.matrix_transpose(self._tril))
+            return self._loc + xp.reshape(x, _shape(eps))
         return self._loc + xp.matmul(self._tril, eps[..., None])[..., 0]
 
     def sample(self, shape: tuple[int, ...] | int = (), *, rng: Any = None) -> Array:
