@@ -37,6 +37,10 @@ import cupy
 import cupyx.scipy.sparse as csp
 import numpy as np
 
+# Launch constants. Measured on an H100 (10^5 x 10^5, 10^7 + 10^7 float32 entries): capping
+# registers at 64 (MIN_BLOCKS) and staging the tile's rows in shared memory took `match` from
+# 296 to 224 us, int offsets and a row cursor in the searches to 159 us (over both operands;
+# 94 us over x alone). ITEMS, RUN, CHUNK and the staging sizes were set once, not swept.
 THREADS = 256  # threads a block of every kernel here
 ITEMS = 8  # entries a lane in the warp tiles of the match and fill kernels
 RUN = 32  # runs of y between two entries of x longer than this go to the `runs` kernel
