@@ -433,3 +433,21 @@ def test_batched_sample_moments(xp):
         assert np.all(np.abs(s[:, b].mean(0) - loc[b]) < 5 * sd / math.sqrt(n))
         se = np.sqrt((cov[b] ** 2 + np.outer(np.diag(cov[b]), np.diag(cov[b]))) / n)
         assert np.all(np.abs(np.cov(s[:, b].T) - cov[b]) < 6 * se)
+
+
+def test_cdf_d_zero_and_lower_limit_3d():
+    empty = MultivariateNormal(np.zeros((2, 0)), covariance_matrix=np.zeros((0, 0)))
+    np.testing.assert_array_equal(empty.cdf(np.zeros((2, 0))), np.ones(2))
+    np.testing.assert_array_equal(empty.logcdf(np.zeros((2, 0))), np.zeros(2))
+    rng = np.random.default_rng(11)
+    cov = random_cov(rng, (), 3)
+    loc = rng.standard_normal(3)
+    d = MultivariateNormal(loc, covariance_matrix=cov)
+    lower, upper = loc - 1.0, loc + 0.5
+    got = d.cdf(upper, lower_limit=lower, abseps=1e-6, rng=0)
+    ref = scipy.stats.multivariate_normal(loc, cov, abseps=1e-7, releps=0)
+    want = ref.cdf(upper, lower_limit=lower, rng=np.random.default_rng(2))
+    assert abs(float(got) - float(want)) < 5e-5
+    np.testing.assert_allclose(
+        d.logcdf(upper, lower_limit=lower, abseps=1e-6, rng=0), np.log(float(got)), rtol=1e-4
+    )
