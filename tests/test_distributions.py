@@ -246,6 +246,9 @@ def test_rsample_keeps_gradients():
     assert loc.grad is not None
     assert tril.grad is not None
     np.testing.assert_allclose(loc.grad.numpy(), [10.0, 10.0])
+    got = dist.cdf(torch.zeros(2, dtype=torch.float64))  # parameters that require grad
+    want = 0.25 + math.asin(0.5 / math.sqrt(2.0)) / (2 * math.pi)
+    assert float(got) == pytest.approx(want, abs=1e-14)
 
 
 # ---- validation -----------------------------------------------------------------------------
@@ -412,12 +415,31 @@ def test_cdf_option_errors():
         d.cdf(np.zeros(2))
 
 
-def test_cdf_other_namespaces_not_implemented(xp):
-    if backend_name(xp) == "numpy":
-        pytest.skip("implemented on NumPy")
-    d = make(xp, np.zeros(2), "covariance_matrix", COV)
-    with pytest.raises(NotImplementedError, match="NumPy backend only"):
-        d.cdf(as_xp(xp, np.zeros(2)))
+def test_cdf_on_every_cpu_namespace(xp):
+    """CPU arrays of any library get the NumPy computation and a result of their library;
+    GPU arrays are not supported yet."""
+    rho = 0.3
+    cov = np.array([[1.0, rho], [rho, 1.0]])
+    d = make(xp, np.zeros(2), "covariance_matrix", cov)
+    if backend_name(xp) == "cupy":
+        with pytest.raises(NotImplementedError, match="CPU"):
+            d.cdf(as_xp(xp, np.zeros(2)))
+        return
+    got = d.cdf(as_xp(xp, np.zeros((3, 2))))
+    assert type(got).__module__.split(".")[0] == backend_name(xp)
+    np.testing.assert_allclose(to_numpy(got), 0.25 + math.asin(rho) / (2 * math.pi), atol=1e-14)
+    value, err = d.logcdf(as_xp(xp, np.full(2, -10.0)), return_error=True)
+    assert tuple(value.shape) == ()
+    with np.errstate(divide="ignore"):  # SciPy's logcdf is log(cdf): -inf here
+        ref = scipy.stats.multivariate_normal(np.zeros(2), cov).logcdf(
+            np.full(2, -10.0), rng=np.random.default_rng(0)
+        )
+    assert np.isfinite(float(to_numpy(value)))
+    assert float(to_numpy(err)) >= 0
+    assert not np.isfinite(ref)  # the point of logcdf: SciPy underflows here
+    log_ndtr = scipy.special.log_ndtr
+    assert float(to_numpy(value)) < log_ndtr(-10.0)  # below the marginal's
+    assert float(to_numpy(value)) > 2 * log_ndtr(-10.0)  # above independence (rho > 0)
 
 
 def test_batched_sample_moments(xp):

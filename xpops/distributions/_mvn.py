@@ -94,8 +94,10 @@ class MultivariateNormal:
     The other parametrizations are computed lazily on first access.
 
     ``cdf`` and ``logcdf``: D = 1 exactly (``ndtr``, ``log_ndtr``), D = 2 by a deterministic
-    bivariate-normal algorithm, D >= 3 by Genz's randomized quasi-Monte-Carlo method; NumPy
-    backend only in this version (other namespaces raise ``NotImplementedError``).
+    bivariate-normal algorithm, D >= 3 by Genz's randomized quasi-Monte-Carlo method; computed
+    with NumPy on the CPU (arrays of other libraries on the CPU are read in place and the
+    result returned in their library); arrays on a GPU raise ``NotImplementedError`` in this
+    version.
 
     Examples
     --------
@@ -434,30 +436,47 @@ class MultivariateNormal:
 
     def _cdf(self, value: Any, lower_limit: Any, options: dict[str, Any], log: bool) -> Any:
         xp = self._xp
-        if not _backend.is_numpy_namespace(xp):
-            msg = f"cdf and logcdf are implemented for the NumPy backend only, got {xp.__name__}"
+        device = _compat.device(self._tril)
+        numpy = _backend.is_numpy_namespace(xp)
+        if not numpy and "cpu" not in str(device).lower():
+            msg = (
+                "cdf and logcdf run on the CPU (NumPy, or other namespaces' CPU arrays) in this "
+                f"version, got {xp.__name__} arrays on {device}"
+            )
             raise NotImplementedError(msg)
         from .._numpy import mvn_cdf
 
+        def host(a: Array) -> np.ndarray:  # CPU arrays of other libraries: no device transfer
+            if numpy:
+                return a
+            detach = getattr(a, "detach", None)  # a torch tensor that requires grad
+            return np.from_dlpack(detach() if detach is not None else a)
+
         return_error = options.pop("return_error")
-        upper = self._value(value, "value", allow_inf=True)
+        upper = host(self._value(value, "value", allow_inf=True))
         if lower_limit is None:
             lower = np.full_like(upper, -np.inf)
         else:
-            lower = self._value(lower_limit, "lower_limit", allow_inf=True)
-        batch = _batch(_shape(upper)[:-1], _shape(lower)[:-1], self._batch_shape)
-        loc = np.broadcast_to(self._loc, (*batch, self._d)).astype(np.float64)
+            lower = host(self._value(lower_limit, "lower_limit", allow_inf=True))
+        batch = _batch(upper.shape[:-1], lower.shape[:-1], self._batch_shape)
+        loc = np.broadcast_to(host(self._loc), (*batch, self._d)).astype(np.float64)
         a = np.broadcast_to(lower, (*batch, self._d)) - loc
         b = np.broadcast_to(upper, (*batch, self._d)) - loc
-        tril = np.broadcast_to(self._tril, (*batch, self._d, self._d)).astype(np.float64)
+        tril = np.broadcast_to(host(self._tril), (*batch, self._d, self._d)).astype(np.float64)
         if self._d == 0:
             out, err = (np.zeros(batch) if log else np.ones(batch)), np.zeros(batch)
         else:  # D = 1 and 2 deterministic inside, D >= 3 quasi-Monte-Carlo
             out, err = mvn_cdf.mvn_cdf(a, b, tril, log=log, **options)
-        out = np.asarray(out, dtype=np.dtype(self._dtype))
-        if return_error:
-            return out, np.asarray(err, dtype=np.dtype(self._dtype))
-        return out
+        out, err = np.reshape(out, batch), np.reshape(err, batch)
+        result = (out, err) if return_error else (out,)
+        if numpy:
+            converted = tuple(np.asarray(r, dtype=np.dtype(self._dtype)) for r in result)
+        else:
+            converted = tuple(
+                xp.asarray(np.array(r, dtype=np.float64), dtype=self._dtype, device=device)
+                for r in result
+            )
+        return converted if return_error else converted[0]
 
     def cdf(
         self,
