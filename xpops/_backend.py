@@ -21,6 +21,7 @@ __all__ = [
     "default_namespace",
     "get_namespace",
     "is_cupy_namespace",
+    "is_dask_namespace",
     "is_numpy_namespace",
     "resolve_namespace",
 ]
@@ -213,6 +214,14 @@ def is_numpy_namespace(xp: Namespace) -> bool:
 def is_cupy_namespace(xp: Namespace) -> bool:
     """Whether `xp` is CuPy (plain or through array_api_compat); never imports CuPy."""
     return "cupy" in sys.modules and _compat.is_cupy_namespace(xp)
+
+
+def is_dask_namespace(xp: Namespace) -> bool:
+    """Whether `xp` is dask.array (plain or through array_api_compat); never imports Dask."""
+    return "dask" in sys.modules and getattr(xp, "__name__", "") in (
+        "dask.array",
+        "array_api_compat.dask.array",
+    )
 
 
 def check_device(xp: Namespace, device: Device) -> None:

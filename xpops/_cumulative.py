@@ -112,7 +112,9 @@ def logcumsumexp(
 
     Backend support: NumPy (blocked, vectorized; faster than ``numpy.logaddexp.accumulate``),
     CuPy (CUDA kernels for long 1-D scans, many short rows and strided axes; no transposing
-    copies), and any other array-API namespace (a log-depth scan in array-API operations).
+    copies), Dask (lazy: each chunk scanned by the in-memory op, block carries combined with
+    ``logaddexp``), and any other array-API namespace (a log-depth scan in array-API
+    operations).
 
     Examples
     --------
@@ -161,6 +163,10 @@ def logcumsumexp(
         from ._cupy import cumulative as cuda_engine
 
         out = cuda_engine.logcumsumexp(x, scan_axis, exclusive, reverse)
+    elif _backend.is_dask_namespace(xp):
+        from ._dask import cumulative as dask_engine
+
+        out = dask_engine.logcumsumexp(x, scan_axis, exclusive, reverse)
     else:
         from ._agnostic import cumulative as generic_engine
 

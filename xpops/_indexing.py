@@ -1,6 +1,7 @@
 """tril_indices and triu_indices: contract, validation and dispatch."""
 
 from types import ModuleType
+from typing import Any
 
 from . import _backend
 from ._agnostic import indexing as _agnostic_indexing
@@ -37,6 +38,7 @@ def _triangle_indices(
     device: Device,
     xp: ModuleType | None,
     upper: bool,
+    chunks: Any = None,
 ) -> Array:
     row = as_nonnegative_int(row, "row")
     col = row if col is None else as_nonnegative_int(col, "col")
@@ -45,6 +47,10 @@ def _triangle_indices(
     offset = min(max(offset, -row), col)
     namespace = _backend.resolve_namespace(xp)
     _backend.check_device(namespace, device)
+    dask = _backend.is_dask_namespace(namespace)
+    if chunks is not None and not dask:
+        msg = f"`chunks` is for xp=dask.array only, got xp={namespace.__name__}"
+        raise ValueError(msg)
     dtype = _resolve_dtype(dtype, namespace, largest_index(row, col, offset, upper))
 
     if _backend.is_numpy_namespace(namespace):
@@ -54,6 +60,10 @@ def _triangle_indices(
 
         device_id = getattr(device, "id", device)
         return _cupy_indexing.triangle_indices(row, col, offset, upper, dtype, device_id)
+    if dask:
+        from ._dask import indexing as _dask_indexing
+
+        return _dask_indexing.triangle_indices(row, col, offset, upper, dtype, chunks)
     return _agnostic_indexing.triangle_indices(row, col, offset, upper, dtype, device, namespace)
 
 
@@ -74,9 +84,10 @@ _NOTES = """
     and int32 output is checked for overflow.
 
     Backend support: NumPy (a vectorized in-place fill), CuPy (one CUDA kernel, no host
-    synchronization, correct beyond 2**31 entries), and any other array-API namespace, such as
-    array-api-strict or PyTorch (the closed form in array-API operations, which needs int64 and
-    float64 on the device).
+    synchronization, correct beyond 2**31 entries), Dask (lazy, each chunk filled by the NumPy
+    engine from its own range of entries, nothing gathered), and any other array-API
+    namespace, such as array-api-strict or PyTorch (the closed form in array-API operations,
+    which needs int64 and float64 on the device).
 """
 
 _PARAMS = """
@@ -96,7 +107,10 @@ _PARAMS = """
         the namespace's current device.
     xp : module, optional
         Array namespace of the result (``numpy``, ``cupy``, ``torch``, ``array_api_strict``,
-        ...); default chosen by ``XPOPS_BACKEND``.
+        ``dask.array``, ...); default chosen by ``XPOPS_BACKEND``.
+    chunks : int or tuple of int, optional
+        With ``xp=dask.array`` only: the chunks of the result along its entries (default
+        Dask's automatic chunking). Each chunk is computed from its own range of entries.
 
     Returns
     -------
@@ -124,8 +138,9 @@ def tril_indices(
     dtype: DType = None,
     device: Device = None,
     xp: ModuleType | None = None,
+    chunks: Any = None,
 ) -> Array:
-    return _triangle_indices(row, col, offset, dtype, device, xp, upper=False)
+    return _triangle_indices(row, col, offset, dtype, device, xp, upper=False, chunks=chunks)
 
 
 def triu_indices(
@@ -136,8 +151,9 @@ def triu_indices(
     dtype: DType = None,
     device: Device = None,
     xp: ModuleType | None = None,
+    chunks: Any = None,
 ) -> Array:
-    return _triangle_indices(row, col, offset, dtype, device, xp, upper=True)
+    return _triangle_indices(row, col, offset, dtype, device, xp, upper=True, chunks=chunks)
 
 
 tril_indices.__doc__ = (

@@ -9,13 +9,12 @@ def _trapezoid_start(r: Array, first_count: int) -> Array:
     return r * first_count + (r * (r - 1)) // 2
 
 
-def triangle_indices(
-    row: int, col: int, offset: int, upper: bool, dtype: DType, device: Device, xp: Namespace
-) -> Array:
-    """(2, N) indices of ``triu`` if `upper` else ``tril``; arguments already validated."""
+def triangle_entries(
+    t: Array, row: int, col: int, offset: int, upper: bool, xp: Namespace
+) -> tuple[Array, Array]:
+    """(i, j) of the entries numbered `t` (int64, row-major) of ``triu``/``tril``."""
     lay = tril_layout(row, col, mirrored_offset(row, col, offset) if upper else offset)
     n = lay.size
-    t = xp.arange(n, dtype=xp.int64, device=device)
     if upper:
         t = (n - 1) - t
     i = xp.zeros_like(t)
@@ -40,4 +39,14 @@ def triangle_indices(
     if upper:
         i = (row - 1) - i
         j = (col - 1) - j
+    return i, j
+
+
+def triangle_indices(
+    row: int, col: int, offset: int, upper: bool, dtype: DType, device: Device, xp: Namespace
+) -> Array:
+    """(2, N) indices of ``triu`` if `upper` else ``tril``; arguments already validated."""
+    lay = tril_layout(row, col, mirrored_offset(row, col, offset) if upper else offset)
+    t = xp.arange(lay.size, dtype=xp.int64, device=device)
+    i, j = triangle_entries(t, row, col, offset, upper, xp)
     return xp.stack([xp.astype(i, dtype), xp.astype(j, dtype)])

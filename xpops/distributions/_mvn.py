@@ -358,10 +358,60 @@ class MultivariateNormal:
                 raise ValueError(msg)
         return value
 
+    # ---- Dask values ----------------------------------------------------------------------
+
+    def _over_dask(self, value: Any, method: str, out_axis: int = 0, **kw: Any) -> Any:
+        """`method` chunk by chunk over a Dask `value` (NumPy or CuPy chunks): each chunk meets
+        the slice of the parameters its batch dimensions cover. Checks run when a chunk is
+        computed. `out_axis` > 0: the method returns that many stacked results (cdf with
+        return_error)."""
+        import copy
+
+        import dask.array as da
+
+        vs = tuple(int(s) for s in value.shape)
+        if len(vs) < 1 or vs[-1] != self._d:
+            msg = f"`value` must have shape (*, {self._d}) (the event shape), got {vs}"
+            raise ValueError(msg)
+        try:
+            batch = _batch(vs[:-1], self._batch_shape)
+        except ValueError:
+            msg = (
+                f"`value` of shape {vs} does not broadcast against batch_shape {self._batch_shape}"
+            )
+            raise ValueError(msg) from None
+        v = da.broadcast_to(value, (*batch, self._d)).rechunk({len(batch): -1})
+        nb = len(self._batch_shape)
+        xp = self._xp
+        full = (*self._batch_shape, self._d)
+
+        def chunk(block: Any, block_info: Any = None) -> Any:
+            where = block_info[0]["array-location"]
+            sl = tuple(slice(a, b) for a, b in where[len(where) - 1 - nb : len(where) - 1])
+            sub = copy.copy(self)
+            sub._loc = xp.broadcast_to(self._loc, full)[sl]
+            sub._tril = xp.broadcast_to(self._tril, (*full, self._d))[sl]
+            sub._batch_shape = tuple(b - a for a, b in where[len(where) - 1 - nb : len(where) - 1])
+            sub._linv_t = None if nb else self._linv_t
+            out = getattr(sub, method)(block, **kw)
+            return xp.stack(out, axis=-1) if out_axis else out
+
+        if out_axis:
+            out = v.map_blocks(chunk, dtype=self._dtype, chunks=(*v.chunks[:-1], (out_axis,)))
+            return tuple(out[..., i] for i in range(out_axis))
+        return v.map_blocks(chunk, drop_axis=len(batch), dtype=self._dtype)
+
+    @staticmethod
+    def _is_dask(value: Any) -> bool:
+        return type(value).__module__.split(".")[0] == "dask"
+
     # ---- densities, moments, sampling -------------------------------------------------------
 
     def log_prob(self, value: Any) -> Array:
-        """Log density at `value`, shape ``broadcast(value.shape[:-1], batch_shape)``."""
+        """Log density at `value`, shape ``broadcast(value.shape[:-1], batch_shape)``; a Dask
+        `value` gives a lazy result computed chunk by chunk."""
+        if self._is_dask(value):
+            return self._over_dask(value, "log_prob")
         xp = self._xp
         value = self._value(value, "value")
         diff = value - self._loc
@@ -379,7 +429,9 @@ class MultivariateNormal:
         return -0.5 * (self._d * _LOG_2PI + maha) - self._half_log_det()
 
     def prob(self, value: Any) -> Array:
-        """Density at `value`."""
+        """Density at `value` (lazy for a Dask `value`)."""
+        if self._is_dask(value):
+            return self._over_dask(value, "prob")
         return self._xp.exp(self.log_prob(value))
 
     def entropy(self) -> Array:
@@ -499,6 +551,8 @@ class MultivariateNormal:
         result. `return_error` returns ``(cdf, error_estimate)``.
         """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
+        if self._is_dask(value):
+            return self._cdf_dask(value, lower_limit, options, log=False)
         return self._cdf(value, lower_limit, options, log=False)
 
     def logcdf(
@@ -517,7 +571,29 @@ class MultivariateNormal:
         of `cdf`, but `abseps`, `releps` and the error estimate apply to the log (so `abseps`
         bounds the relative error of the probability)."""
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
+        if self._is_dask(value):
+            return self._cdf_dask(value, lower_limit, options, log=True)
         return self._cdf(value, lower_limit, options, log=True)
+
+    def _cdf_dask(self, value: Any, lower_limit: Any, options: dict[str, Any], log: bool) -> Any:
+        """cdf/logcdf over the chunks of a Dask `value` (`lower_limit` in memory or None; an
+        int seed is used as is in every chunk, so a chunking gives one result)."""
+        if lower_limit is not None and (
+            self._is_dask(lower_limit) or tuple(np.shape(lower_limit)) != (self._d,)
+        ):
+            msg = (
+                f"with a Dask `value`, `lower_limit` must be None or one in-memory bound of "
+                f"shape ({self._d},), got {type(lower_limit).__name__} of shape "
+                f"{tuple(getattr(lower_limit, 'shape', ()))}"
+            )
+            raise NotImplementedError(msg)
+        if isinstance(options.get("rng"), np.random.Generator):
+            msg = "with a Dask `value`, `rng` must be None or an int seed (one per chunk)"
+            raise TypeError(msg)
+        method = "logcdf" if log else "cdf"
+        kw = dict(options)
+        kw["lower_limit"] = lower_limit
+        return self._over_dask(value, method, out_axis=2 if kw["return_error"] else 0, **kw)
 
     def _cdf_options(
         self, abseps: Any, releps: Any, maxpts: Any, rng: Any, return_error: Any

@@ -208,6 +208,10 @@ def cholesky_solve(x: Array, y: Array, /, upper: bool = False) -> Array:
         from .._cupy import linalg as cuda_engine
 
         out = cuda_engine.cholesky_solve(x, y, upper)
+    elif _backend.is_dask_namespace(xp):
+        from .._dask import linalg as dask_engine
+
+        out = dask_engine.cholesky_solve(x, y, upper)
     else:
         from .._agnostic import linalg as generic_engine
 

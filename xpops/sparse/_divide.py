@@ -61,6 +61,66 @@ def _check_numeric(dtype: Any, what: str) -> None:
         raise TypeError(msg)
 
 
+def _is_dask(a: Any) -> bool:
+    return type(a).__module__.split(".")[0] == "dask"
+
+
+def _divide_chunk(a: Any, b: Any) -> Any:
+    return divide(a, b)
+
+
+def _divide_dask(x: Any, y: Any) -> Any:
+    """Chunk-wise division of Dask arrays whose chunks are sparse matrices (lazy).
+
+    Dask records the chunk type in ``_meta`` only when it can slice it (a COO chunk shows as
+    an ndarray meta): a sparse meta is checked now, chunks otherwise when computed."""
+    import dask.array as da
+
+    if not _is_dask(x):
+        msg = f"`y` is a Dask array, so `x` must be one too, got {_type_name(x)}"
+        raise TypeError(msg)
+    if _library(x._meta) is not None:
+        _check_sparse(x._meta, "x")
+    library = _library(x._meta) or "scipy"
+    if not _is_dask(y):
+        if _is_scalar(y, library):
+            return x.map_blocks(_divide_chunk, y, dtype=_dask_dtype(x, y), meta=_dask_meta(x, y))
+        msg = (
+            f"`x` is a Dask array, so `y` must be a Dask array of sparse chunks or a scalar, "
+            f"got {_type_name(y)}"
+        )
+        raise TypeError(msg)
+    if _library(y._meta) is not None:
+        _check_sparse(y._meta, "y")
+    if tuple(x.shape) != tuple(y.shape):
+        msg = f"`x` and `y` must have the same shape, got {tuple(x.shape)} and {tuple(y.shape)}"
+        raise ValueError(msg)
+    if x.chunks != y.chunks:
+        msg = (
+            f"`x` and `y` must be chunked the same way (the division is chunk by chunk), got "
+            f"{x.chunks} and {y.chunks}; rechunk one of them, e.g. y = y.rechunk(x.chunks)"
+        )
+        raise ValueError(msg)
+    return da.map_blocks(_divide_chunk, x, y, dtype=_dask_dtype(x, y), meta=_dask_meta(x, y._meta))
+
+
+def _dask_dtype(x: Any, y: Any) -> Any:
+    y_dtype = y.dtype if hasattr(y, "dtype") else None
+    with np.errstate(all="ignore"):
+        return (np.ones(1, dtype=x.dtype) / (np.ones(1, dtype=y_dtype) if y_dtype else y)).dtype
+
+
+def _dask_meta(x: Any, y: Any) -> Any:
+    """The result's meta: a sparse one when both metas are sparse (or y a scalar)."""
+    if _library(x._meta) is not None and (_library(y) is not None or not _is_array_like(y)):
+        return divide(x._meta, y)
+    return x._meta
+
+
+def _is_array_like(a: Any) -> bool:
+    return hasattr(a, "shape") and getattr(a, "ndim", 0) > 0
+
+
 def divide(x: Any, y: Any, /) -> Any:
     r"""Element-wise ``x / y`` of two sparse matrices that stays sparse.
 
@@ -121,7 +181,9 @@ def divide(x: Any, y: Any, /) -> Any:
     tiles of `x`: binary searches in `y`'s staged rows, then a streaming write of each tile's
     stretch of the result; one host synchronisation to size the result, plus sorting and
     summing first for operands that are not canonical; COO through CSR). The result never
-    holds more than the two operands' entries; nothing of the dense size is allocated.
+    holds more than the two operands' entries; nothing of the dense size is allocated. Dask
+    arrays whose chunks are SciPy or cupyx sparse matrices, chunked alike, are divided chunk
+    by chunk, lazily (a scalar `y` too).
 
     Examples
     --------
@@ -140,6 +202,8 @@ def divide(x: Any, y: Any, /) -> Any:
     array([[0.5, 0. , 1. ],
            [0. , 0. , 1.5]])
     """
+    if _is_dask(x) or _is_dask(y):
+        return _divide_dask(x, y)
     library = _check_sparse(x, "x")
     _check_numeric(x.dtype, "`x`")
     if _is_scalar(y, library):

@@ -1,0 +1,306 @@
+"""Every op on Dask arrays (NumPy chunks on the CPU): lazy results equal to the in-memory ones.
+
+The reference is the in-memory xpops result (itself tested against independent references in
+the other modules), computed on the same data; several chunkings each, with the synchronous
+scheduler and, once, a distributed cluster of two worker processes.
+"""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import xpops
+from xpops.distributions import MultivariateNormal
+
+da = pytest.importorskip("dask.array")
+dask = pytest.importorskip("dask")
+
+nan, inf = np.nan, np.inf
+
+
+@pytest.fixture(autouse=True)
+def synchronous():
+    with dask.config.set(scheduler="synchronous"):
+        yield
+
+
+def assert_same(got, want, rtol=1e-12):
+    assert isinstance(got, da.Array)
+    got = np.asarray(got.compute())
+    assert got.shape == want.shape
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=1e-300, equal_nan=True)
+
+
+def test_importing_xpops_does_not_import_dask():
+    code = "import sys, xpops; print('dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ---- logcumsumexp -----------------------------------------------------------------------------
+
+CHUNKINGS = {
+    "one chunk": (9, 23),
+    "uneven": ((2, 7), (10, 0, 5, 8)),
+    "size one": ((1,) * 9, (1,) * 23),
+    "mixed": (4, 6),
+}
+
+
+@pytest.mark.parametrize("chunks", list(CHUNKINGS.values()), ids=list(CHUNKINGS))
+@pytest.mark.parametrize("axis", [0, 1, -1, None])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_logcumsumexp(chunks, axis, exclusive, reverse):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((9, 23)) * 10
+    dx = da.from_array(x, chunks=chunks)
+    got = xpops.logcumsumexp(dx, axis=axis, exclusive=exclusive, reverse=reverse)
+    want = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_logcumsumexp_special_values_across_chunks(reverse):
+    x = np.array([-inf, -inf, 0.0, 1.0, nan, 2.0, -inf, 3.0, inf, 4.0, 5.0, -inf])
+    x = np.concatenate([x, np.full(5, -inf), [1000.0, 1000.0, -1000.0]])
+    for chunks in (1, 3, 7, x.size):
+        got = xpops.logcumsumexp(da.from_array(x, chunks=chunks), reverse=reverse)
+        want = xpops.logcumsumexp(x, reverse=reverse)
+        assert_same(got, want)
+        only_neg = np.full(6, -inf)
+        assert_same(xpops.logcumsumexp(da.from_array(only_neg, chunks=2)), np.full(6, -inf))
+
+
+def test_logcumsumexp_dtypes():
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal(40) + 1j * rng.standard_normal(40) * 3
+    assert_same(xpops.logcumsumexp(da.from_array(z, chunks=7)), xpops.logcumsumexp(z), 1e-11)
+    f = rng.standard_normal(50).astype(np.float32)
+    got = xpops.logcumsumexp(da.from_array(f, chunks=9))
+    assert_same(got, xpops.logcumsumexp(f), 1e-5)
+    i = np.arange(20)
+    assert_same(xpops.logcumsumexp(da.from_array(i, chunks=6)), xpops.logcumsumexp(i))
+    h = rng.standard_normal(30).astype(np.float16)
+    assert_same(xpops.logcumsumexp(da.from_array(h, chunks=4)), xpops.logcumsumexp(h), 2e-3)
+
+
+def test_logcumsumexp_is_lazy():
+    calls = []
+
+    def spy(block):
+        if block.size:  # Dask also calls it on an empty meta block
+            calls.append(block.shape)
+        return block
+
+    dx = da.from_array(np.ones(100), chunks=10).map_blocks(spy, dtype=float)
+    out = xpops.logcumsumexp(dx)
+    assert calls == []  # nothing computed yet
+    out.compute()
+    assert calls
+
+
+# ---- tril_indices / triu_indices -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", ["tril", "triu"])
+@pytest.mark.parametrize(
+    ("row", "col", "k"), [(7, 5, 0), (7, 5, -2), (5, 9, 3), (0, 3, 0), (6, 6, 9)]
+)
+@pytest.mark.parametrize("chunks", [1, 4, 1000, None])
+def test_triangle_indices(fn, row, col, k, chunks):
+    f = getattr(xpops, f"{fn}_indices")
+    got = f(row, col, k, xp=da, chunks=chunks)
+    want = np.stack(getattr(np, f"{fn}_indices")(row, k, col))
+    assert isinstance(got, da.Array)
+    np.testing.assert_array_equal(got.compute(), want)
+    got32 = f(row, col, k, xp=da, chunks=chunks, dtype=np.int32).compute()
+    assert got32.dtype == np.int32
+    np.testing.assert_array_equal(got32, want)
+
+
+def test_triangle_chunks_only_with_dask():
+    with pytest.raises(ValueError, match="dask"):
+        xpops.tril_indices(3, xp=np, chunks=2)
+
+
+def test_triangle_large_is_lazy_and_chunked():
+    out = xpops.tril_indices(100_000, xp=da, chunks=1_000_000)  # 5e9 entries: never built
+    assert out.shape == (2, 100_000 * 100_001 // 2)
+    assert out.numblocks == (1, 5001)
+    last = out[:, -3:].compute()
+    np.testing.assert_array_equal(last, [[99_999] * 3, [99_997, 99_998, 99_999]])
+
+
+# ---- cholesky_solve -------------------------------------------------------------------------
+
+
+def _factors(rng, batch, m):
+    g = rng.standard_normal((*batch, m, m))
+    return np.tril(g) / m + 2 * np.eye(m)
+
+
+@pytest.mark.parametrize(
+    ("bx", "by", "cx", "cy"),
+    [
+        ((6,), (6,), 2, 3),
+        ((4, 1), (5,), (3, 1), 2),
+        ((), (7,), (), 3),
+        ((6,), (), 4, ()),
+        ((6,), (6,), 1, 1),
+    ],
+)
+@pytest.mark.parametrize("upper", [False, True])
+def test_cholesky_solve(bx, by, cx, cy, upper):
+    rng = np.random.default_rng(2)
+    m, k = 4, 3
+    low = _factors(rng, by, m)
+    factor = np.swapaxes(low, -1, -2).copy() if upper else low
+    b = rng.standard_normal((*bx, m, k))
+    cx = cx if isinstance(cx, tuple) else (cx,) * len(bx)
+    cy = cy if isinstance(cy, tuple) else (cy,) * len(by)
+    got = xpops.linalg.cholesky_solve(
+        da.from_array(b, chunks=(*cx, m, k)), da.from_array(factor, chunks=(*cy, m, m)), upper
+    )
+    assert_same(got, xpops.linalg.cholesky_solve(b, factor, upper), 1e-12)
+
+
+def test_cholesky_solve_vector_and_errors():
+    rng = np.random.default_rng(3)
+    low = _factors(rng, (), 5)
+    v = rng.standard_normal(5)
+    assert_same(
+        xpops.linalg.cholesky_solve(da.from_array(v, chunks=5), da.from_array(low)),
+        xpops.linalg.cholesky_solve(v, low),
+    )
+    b = da.from_array(rng.standard_normal((4, 5, 2)), chunks=(2, 3, 2))
+    with pytest.raises(ValueError, match=r"rechunk"):
+        xpops.linalg.cholesky_solve(b, da.from_array(low))
+
+
+# ---- MultivariateNormal -----------------------------------------------------------------------
+
+
+def _mvn(rng, batch, d):
+    g = rng.standard_normal((*batch, d, d))
+    cov = g @ np.swapaxes(g, -1, -2) / d + np.eye(d)
+    return MultivariateNormal(rng.standard_normal((*batch, d)), covariance_matrix=cov)
+
+
+@pytest.mark.parametrize(
+    ("batch", "vshape", "chunks"),
+    [
+        ((), (30, 3), (7, 3)),
+        ((4,), (10, 4, 3), (3, 2, 3)),
+        ((4,), (10, 1, 3), (4, 1, 3)),
+        ((2, 3), (5, 2, 3, 3), (2, 1, 3, 3)),
+        ((4,), (4, 3), (1, 3)),
+    ],
+)
+def test_mvn_log_prob_and_cdf(batch, vshape, chunks):
+    rng = np.random.default_rng(4)
+    d = _mvn(rng, batch, 3)
+    v = rng.standard_normal(vshape)
+    dv = da.from_array(v, chunks=chunks)
+    assert_same(d.log_prob(dv), d.log_prob(v))
+    assert_same(d.prob(dv), d.prob(v))
+    assert_same(d.cdf(dv, rng=1), d.cdf(v, rng=1), 1e-3)
+    assert_same(d.logcdf(dv, rng=1), d.logcdf(v, rng=1), 1e-3)
+    val, err = d.cdf(dv, rng=1, return_error=True)
+    want_val, _ = d.cdf(v, rng=1, return_error=True)
+    assert_same(val, want_val, 1e-3)
+    assert np.all(err.compute() >= 0)
+    lower = -np.ones(3)
+    assert_same(d.cdf(dv, lower_limit=lower, rng=2), d.cdf(v, lower_limit=lower, rng=2), 1e-3)
+
+
+def test_mvn_dask_errors():
+    rng = np.random.default_rng(5)
+    d = _mvn(rng, (4,), 3)
+    with pytest.raises(ValueError, match="event shape"):
+        d.log_prob(da.zeros((5, 2), chunks=2))
+    with pytest.raises(NotImplementedError, match="lower_limit"):
+        d.cdf(da.zeros((4, 3), chunks=2), lower_limit=np.zeros((4, 3)))
+    with pytest.raises(TypeError, match="rng"):
+        d.cdf(da.zeros((4, 3), chunks=2), rng=np.random.default_rng(0))
+    bad = d.log_prob(da.from_array(np.full((4, 3), np.nan), chunks=2))  # checked per chunk
+    with pytest.raises(ValueError, match="finite"):
+        bad.compute()
+
+
+# ---- sparse.divide --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["csr", "coo"])
+@pytest.mark.parametrize("chunks", [(40, 30), (10, 15), (7, 11)])
+def test_sparse_divide(fmt, chunks):
+    x = sp.random(40, 30, density=0.1, format="csr", random_state=0)
+    y = sp.random(40, 30, density=0.1, format="csr", random_state=1)
+    dx = da.from_array(x, chunks=chunks, asarray=False)
+    dy = da.from_array(y, chunks=chunks, asarray=False)
+    if fmt == "coo":  # COO chunks (Dask cannot slice a COO matrix itself)
+        meta = sp.coo_matrix((0, 0))
+        dx = dx.map_blocks(sp.coo_matrix, meta=meta)
+        dy = dy.map_blocks(sp.coo_matrix, meta=meta)
+        x, y = x.tocoo(), y.tocoo()
+    out = xpops.sparse.divide(dx, dy)
+    assert isinstance(out, da.Array)
+    got = out.compute()
+    want = xpops.sparse.divide(x, y)
+    assert sp.issparse(got)
+    assert got.nnz == want.nnz
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+    got_s = xpops.sparse.divide(dx, 4.0).compute()
+    np.testing.assert_array_equal(got_s.toarray(), xpops.sparse.divide(x, 4.0).toarray())
+
+
+def test_sparse_divide_dask_errors():
+    x = sp.random(20, 10, density=0.2, format="csr", random_state=0)
+    dx = da.from_array(x, chunks=(5, 10), asarray=False)
+    with pytest.raises(ValueError, match="rechunk"):
+        xpops.sparse.divide(dx, da.from_array(x, chunks=(10, 10), asarray=False))
+    with pytest.raises(ValueError, match="same shape"):
+        xpops.sparse.divide(dx, da.from_array(x[:10], chunks=(5, 10), asarray=False))
+    with pytest.raises(TypeError, match="Dask array"):
+        xpops.sparse.divide(dx, x)
+    with pytest.raises(TypeError, match="Dask array"):
+        xpops.sparse.divide(x, dx)
+    dense = xpops.sparse.divide(da.ones((20, 10), chunks=(5, 10)), dx)  # checked per chunk:
+    with pytest.raises(TypeError, match="COO or CSR"):  # Dask hides COO chunks behind ndarrays
+        dense.compute()
+
+
+# ---- a cluster of two worker processes ----------------------------------------------------------
+
+
+def test_distributed_local_cluster():
+    distributed = pytest.importorskip("distributed")
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((6, 50))
+    low = _factors(rng, (8,), 4)
+    b = rng.standard_normal((8, 4, 2))
+    d = _mvn(rng, (), 3)
+    v = rng.standard_normal((40, 3))
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+        dask.config.set(scheduler=client),
+    ):
+        lcse = xpops.logcumsumexp(da.from_array(x, chunks=(3, 7)), axis=1, reverse=True)
+        solve = xpops.linalg.cholesky_solve(
+            da.from_array(b, chunks=(3, 4, 2)), da.from_array(low, chunks=(3, 4, 4))
+        )
+        lp = d.log_prob(da.from_array(v, chunks=(9, 3)))
+        tri = xpops.triu_indices(30, 20, 2, xp=da, chunks=50)
+        got = dask.compute(lcse, solve, lp, tri)
+    np.testing.assert_allclose(got[0], xpops.logcumsumexp(x, axis=1, reverse=True), rtol=1e-12)
+    np.testing.assert_allclose(got[1], xpops.linalg.cholesky_solve(b, low), rtol=1e-12)
+    np.testing.assert_allclose(got[2], d.log_prob(v), rtol=1e-12)
+    np.testing.assert_array_equal(got[3], np.stack(np.triu_indices(30, 2, 20)))
