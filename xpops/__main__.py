@@ -1,4 +1,4 @@
-"""Command line: ``python -m xpops info`` and ``python -m xpops bench``."""
+"""Command line: ``python -m xpops info``, ``bench`` and ``scale``."""
 
 import argparse
 import platform
@@ -47,10 +47,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .bench import add_arguments
 
     add_arguments(bench)
+    scale = sub.add_parser("scale", help="Dask throughput with 1 and more workers (needs dask)")
+    from .bench import scaling
+
+    scaling.add_arguments(scale)
     args = parser.parse_args(argv)
     if args.command == "info":
         info()
         return 0
+    if args.command == "scale":
+        return scaling.run(args)
     from .bench import run
 
     return run(args)

@@ -1,0 +1,147 @@
+"""``python -m xpops scale``: throughput of the Dask engines with 1 and more workers.
+
+The two workloads of issue 7: ``logcumsumexp`` along a long 1-D array, and
+``MultivariateNormal.log_prob`` of many points in D = 16. Inputs are generated on the workers
+(nothing is shipped from the client), results are persisted on the workers (nothing is
+gathered), and each configuration is timed as the median of a few runs after a warm-up. The
+in-memory xpops call on the same data in this process is the baseline. ``--gpu`` uses
+``dask_cuda.LocalCUDACluster`` (one worker a GPU, CuPy chunks) instead of a CPU
+``distributed.LocalCluster`` (one single-threaded worker process a core).
+"""
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
+    parser.add_argument("--gpu", action="store_true", help="LocalCUDACluster and CuPy chunks")
+    parser.add_argument("--scan-log2", type=int, default=26, help="log2 of the scan's length")
+    parser.add_argument("--chunk-log2", type=int, default=22, help="log2 of its chunk length")
+    parser.add_argument("--points-log2", type=int, default=22, help="log2 of the MVN points")
+    parser.add_argument("--repeats", type=int, default=3)
+
+
+def _time(fn: Any, repeats: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return statistics.median(samples)
+
+
+def _workloads(args: argparse.Namespace, xp: Any) -> dict[str, Any]:
+    """name -> (make the Dask input, op, bytes moved, make the in-memory input)."""
+    import dask.array as da
+    import numpy as np
+
+    from ..distributions import MultivariateNormal
+
+    n, chunk = 2**args.scan_log2, 2**args.chunk_log2
+    points, d = 2**args.points_log2, 16
+    rng = np.random.default_rng(0)
+    g = rng.standard_normal((d, d))
+    cov = xp.asarray(g @ g.T / d + np.eye(d), dtype=xp.float32)
+    dist = MultivariateNormal(xp.zeros(d, dtype=xp.float32), covariance_matrix=cov)
+
+    def rng_meta() -> Any:
+        if xp.__name__ == "cupy":
+            return da.random.RandomState(RandomState=xp.random.RandomState)
+        return da.random.RandomState(0)
+
+    def scan_input() -> Any:
+        return rng_meta().standard_normal(n, chunks=chunk).astype("float32")
+
+    def points_input() -> Any:
+        return rng_meta().standard_normal((points, d), chunks=(chunk // d, d)).astype("float32")
+
+    import xpops
+
+    return {
+        f"logcumsumexp 2^{args.scan_log2} float32": (
+            scan_input,
+            xpops.logcumsumexp,
+            8 * n,
+            lambda: xp.asarray(np.random.default_rng(0).standard_normal(n, dtype=np.float32)),
+        ),
+        f"MVN log_prob 2^{args.points_log2} points D=16 float32": (
+            points_input,
+            dist.log_prob,
+            4 * points * (d + 1),
+            lambda: xp.asarray(
+                np.random.default_rng(0).standard_normal((points, d), dtype=np.float32)
+            ),
+        ),
+    }
+
+
+def _same(block: Any) -> Any:
+    return block
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+    from distributed import Client, LocalCluster, wait
+
+    if args.gpu:
+        import cupy as xp
+        from dask_cuda import LocalCUDACluster
+    else:
+        xp = np
+    counts = [int(w) for w in args.workers.split(",") if w.strip()]
+    work = _workloads(args, xp)
+    results: dict[str, dict[str, float]] = {name: {} for name in work}
+    for name, (_, op, _, make_local) in work.items():
+        local = make_local()
+
+        def call(local: Any = local, op: Any = op) -> None:
+            op(local)
+            if args.gpu:
+                xp.cuda.Device().synchronize()
+
+        results[name]["in-memory"] = _time(call, args.repeats)
+        del local
+    for workers in counts:
+        if args.gpu:
+            cluster = LocalCUDACluster(n_workers=workers)
+        else:
+            cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            )
+        with cluster, Client(cluster) as client:
+            for name, (make_input, op, _, _) in work.items():
+                data = client.persist(make_input())
+                wait(data)
+
+                runs = iter(range(10**9))
+
+                def compute(data: Any = data, op: Any = op, runs: Any = runs) -> None:
+                    # a fresh name each run: Dask would otherwise find the previous result
+                    fresh = data.map_blocks(_same, name=f"xpops-scale-input-{next(runs)}")
+                    out = client.persist(op(fresh))
+                    wait(out)
+                    del out
+
+                results[name][f"{workers} worker(s)"] = _time(compute, args.repeats)
+                del data
+    kind = "GPU" if args.gpu else "CPU"
+    print(f"xpops scale ({kind}); seconds, median of {args.repeats}; GB/s of bytes moved")
+    for name, times in results.items():
+        nbytes = work[name][2]
+        base = min(t for k, t in times.items() if k.endswith("worker(s)"))
+        cells = "; ".join(f"{k} {t:.3f} s ({nbytes / t / 1e9:.2f} GB/s)" for k, t in times.items())
+        first = times.get(f"{counts[0]} worker(s)")
+        speedups = "; ".join(
+            f"{w} workers / {counts[0]}: {first / times[f'{w} worker(s)']:.2f}x"
+            for w in counts[1:]
+            if first
+        )
+        print(
+            f"- {name}: {cells}. {speedups}. Fastest Dask vs in-memory: "
+            f"{base / times['in-memory']:.2f}x the time"
+        )
+    return 0
