@@ -304,3 +304,31 @@ def test_distributed_local_cluster():
     np.testing.assert_allclose(got[1], xpops.linalg.cholesky_solve(b, low), rtol=1e-12)
     np.testing.assert_allclose(got[2], d.log_prob(v), rtol=1e-12)
     np.testing.assert_array_equal(got[3], np.stack(np.triu_indices(30, 2, 20)))
+
+
+def test_mvn_sample_in_chunks():
+    rng = np.random.default_rng(7)
+    d = _mvn(rng, (2,), 3)
+    s = d.sample((1000,), rng=5, chunks=300)
+    assert isinstance(s, da.Array)
+    assert s.chunks == ((300, 300, 300, 100), (2,), (3,))
+    a = s.compute()
+    np.testing.assert_array_equal(a, d.sample((1000,), rng=5, chunks=300).compute())
+    assert not np.array_equal(a, d.sample((1000,), rng=6, chunks=300).compute())
+    blocks = [a[i : i + 300] for i in range(0, 1000, 300)]
+    assert not any(np.array_equal(blocks[0], b) for b in blocks[1:3])  # independent streams
+    cov = to_cov(d)
+    for b in range(2):
+        se = np.sqrt(np.diag(cov[b]) / 1000)
+        assert np.all(np.abs(a[:, b].mean(0) - to_loc(d)[b]) < 5 * se)
+    assert d.sample((4, 6), rng=1, chunks=(2, 3)).compute().shape == (4, 6, 2, 3)
+    with pytest.raises(TypeError, match="rng"):
+        d.sample((4,), rng=np.random.default_rng(0), chunks=2)
+
+
+def to_cov(d):
+    return np.asarray(d.covariance_matrix)
+
+
+def to_loc(d):
+    return np.asarray(d.loc)

@@ -1,5 +1,6 @@
 """MultivariateNormal: batched parameters, validated, moments, sampling, densities, KL, CDF."""
 
+import copy
 import math
 import numbers
 from typing import Any
@@ -476,9 +477,48 @@ class MultivariateNormal:
             return self._loc + xp.reshape(x, _shape(eps))
         return self._loc + xp.matmul(self._tril, eps[..., None])[..., 0]
 
-    def sample(self, shape: tuple[int, ...] | int = (), *, rng: Any = None) -> Array:
-        """Draws of shape ``shape + batch_shape + event_shape``: the same draw as `rsample`."""
+    def sample(
+        self, shape: tuple[int, ...] | int = (), *, rng: Any = None, chunks: Any = None
+    ) -> Array:
+        """Draws of shape ``shape + batch_shape + event_shape``: the same draw as `rsample`.
+
+        With `chunks` (Dask's chunks of the `shape` dimensions), a lazy Dask array whose chunks
+        draw from independent streams spawned from `rng` (None or an int seed): the same seed
+        and chunking give the same draws (other chunkings give other draws).
+        """
+        if chunks is not None:
+            return self._sample_dask(shape, rng, chunks)
         return self.rsample(shape, rng=rng)
+
+    def _sample_dask(self, shape: Any, rng: Any, chunks: Any) -> Any:
+        import dask.array as da
+
+        shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
+        xp = self._xp
+        if not (_backend.is_numpy_namespace(xp) or _backend.is_cupy_namespace(xp)):
+            msg = (
+                f"`chunks` needs NumPy or CuPy parameters (the chunks' library), got {xp.__name__}"
+            )
+            raise NotImplementedError(msg)
+        if rng is not None and (isinstance(rng, bool) or not isinstance(rng, numbers.Integral)):
+            msg = f"with `chunks`, `rng` must be None or an int seed, got {type(rng).__name__}"
+            raise TypeError(msg)
+        sample_chunks = da.core.normalize_chunks(chunks, shape) if shape else ()
+        tail = (*self._batch_shape, self._d)
+        full_chunks = (*sample_chunks, *((n,) for n in tail))
+        blocks = [len(c) for c in sample_chunks]
+        seeds = np.random.SeedSequence(None if rng is None else int(rng)).spawn(math.prod(blocks))
+        sampler = copy.copy(self)
+
+        def draw(block_info: Any = None) -> Any:
+            where = block_info[None]["chunk-location"][: len(blocks)]
+            child = seeds[int(np.ravel_multi_index(where, blocks)) if blocks else 0]
+            size = block_info[None]["chunk-shape"][: len(blocks)]
+            seed = int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+            return sampler.rsample(tuple(size), rng=seed)
+
+        meta = xp.empty((0,) * len(full_chunks), dtype=self._dtype)
+        return da.map_blocks(draw, dtype=self._dtype, chunks=full_chunks, meta=meta)
 
     def kl_divergence(self, other: "MultivariateNormal") -> Array:
         """``KL(self || other)``, shape ``broadcast(self.batch_shape, other.batch_shape)``."""
