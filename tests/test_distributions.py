@@ -181,10 +181,15 @@ def test_zero_size_batch_and_d_zero(xp):
     np.testing.assert_allclose(to_numpy(kl_divergence(empty, empty)), np.zeros(4))
 
 
-def test_loc_as_python_list():
+def test_loc_as_python_list_or_number():
     d = MultivariateNormal([0.0, 0.0], covariance_matrix=COV)
     assert isinstance(d.loc, np.ndarray)
     assert math.isclose(float(d.log_prob([1.0, 1.0])), -2.689114, abs_tol=1e-6)
+    s = MultivariateNormal(0, covariance_matrix=COV)
+    np.testing.assert_array_equal(s.loc, [0.0, 0.0])
+    assert math.isclose(float(s.log_prob([0.0, 0.0])), -2.117685, abs_tol=1e-6)
+    with pytest.raises(TypeError, match="loc"):
+        MultivariateNormal("0", covariance_matrix=COV)
 
 
 def test_integer_parameters_become_float(xp):

@@ -145,9 +145,11 @@ class MultivariateNormal:
         self._xp = xp
         device = _compat.device(matrix)
         if not _is_array(loc):
-            if not isinstance(loc, numbers.Real | list | tuple | np.ndarray):
-                msg = f"`loc` must be an array or a list of numbers, got {type(loc).__name__}"
+            if not isinstance(loc, numbers.Real | list | tuple) or isinstance(loc, bool):
+                msg = f"`loc` must be an array, a number or a list of numbers, got {type(loc)}"
                 raise TypeError(msg)
+            if isinstance(loc, numbers.Real) and len(matrix.shape) >= 1:
+                loc = [float(loc)] * int(matrix.shape[-1])  # one mean for every coordinate
             loc = xp.asarray(loc, device=device)
         dtype = _float_dtype(xp, [loc, matrix])
         loc = xp.astype(loc, dtype) if loc.dtype != dtype else loc

@@ -107,7 +107,8 @@ def _divide_dask(x: Any, y: Any) -> Any:
 def _dask_dtype(x: Any, y: Any) -> Any:
     y_dtype = y.dtype if hasattr(y, "dtype") else None
     with np.errstate(all="ignore"):
-        return (np.ones(1, dtype=x.dtype) / (np.ones(1, dtype=y_dtype) if y_dtype else y)).dtype
+        divisor = np.ones(1, dtype=y_dtype) if y_dtype is not None else y
+        return (np.ones(1, dtype=x.dtype) / divisor).dtype
 
 
 def _dask_meta(x: Any, y: Any) -> Any:
