@@ -586,11 +586,11 @@ class MultivariateNormal:
         """``P(lower_limit < X <= value)``, batched over `value` and ``batch_shape``.
 
         D = 1 and 2 are deterministic (D = 1 exact, reported error 0; D = 2 accurate to about
-        1e-14, reported error 1e-14); D >= 3 uses Genz's
-        randomized quasi-Monte-Carlo method, stopping when its error estimate is within
-        ``max(abseps, releps * |cdf|)`` or after `maxpts` points (default ``1_000_000 * D``);
-        the same `rng` (None, an int seed or a ``numpy.random.Generator``) gives the same
-        result. `return_error` returns ``(cdf, error_estimate)``.
+        1e-14, reported error 1e-14); D >= 3 uses Genz's randomized quasi-Monte-Carlo method,
+        stopping when its error estimate is within ``max(abseps, releps * |cdf|)`` or after
+        `maxpts` points (default ``1_000_000 * D``); the same `rng` (None, an int seed or a
+        ``numpy.random.Generator``) gives the same result. `return_error` returns
+        ``(cdf, error_estimate)``. A Dask `value` gives lazy results, chunk by chunk.
         """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         if self._is_dask(value):
