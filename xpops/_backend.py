@@ -218,10 +218,7 @@ def is_cupy_namespace(xp: Namespace) -> bool:
 
 def is_dask_namespace(xp: Namespace) -> bool:
     """Whether `xp` is dask.array (plain or through array_api_compat); never imports Dask."""
-    return "dask" in sys.modules and getattr(xp, "__name__", "") in (
-        "dask.array",
-        "array_api_compat.dask.array",
-    )
+    return "dask" in sys.modules and _compat.is_dask_namespace(xp)
 
 
 def check_device(xp: Namespace, device: Device) -> None:

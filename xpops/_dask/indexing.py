@@ -14,15 +14,10 @@ __all__ = ["triangle_indices"]
 
 def _pairs(t: np.ndarray, row: int, col: int, offset: int, upper: bool, dtype: Any) -> np.ndarray:
     from .._agnostic.indexing import triangle_entries
+    from .._backend import _compat_numpy
 
-    i, j = triangle_entries(t, row, col, offset, upper, _numpy_namespace())
+    i, j = triangle_entries(t, row, col, offset, upper, _compat_numpy())
     return np.stack([np.asarray(i, dtype=dtype), np.asarray(j, dtype=dtype)])
-
-
-def _numpy_namespace() -> Any:
-    import array_api_compat.numpy
-
-    return array_api_compat.numpy
 
 
 def triangle_indices(row: int, col: int, offset: int, upper: bool, dtype: Any, chunks: Any) -> Any:

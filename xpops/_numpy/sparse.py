@@ -63,20 +63,20 @@ def _canonical_csr(a: Any) -> Any:
     return c
 
 
-def _as_2d_coo(a: Any) -> tuple[Any, tuple[int, ...]]:
-    """An N-D COO as a 2-D COO over (leading dimensions flattened, last dimension)."""
+def _as_2d(a: Any) -> Any:
+    """A CSR or 2-D COO as it is; an N-D COO as a 2-D COO over (leading dimensions
+    flattened, last dimension)."""
     shape = tuple(a.shape)
-    coords = a.coords if hasattr(a, "coords") else (a.row, a.col)
     if len(shape) == 2:
-        return a, shape
+        return a
+    coords = a.coords
     lead = shape[:-1]
     rows = (
         np.ravel_multi_index(coords[:-1], lead)
         if lead
         else np.zeros(len(coords[-1]), dtype=np.intp)
     )
-    flat = sp.coo_array((a.data, (rows, coords[-1])), shape=(int(np.prod(lead)), shape[-1]))
-    return flat, shape
+    return sp.coo_array((a.data, (rows, coords[-1])), shape=(int(np.prod(lead)), shape[-1]))
 
 
 def _row_blocks(x: Any, y: Any) -> np.ndarray:
@@ -220,12 +220,8 @@ def divide(x: Any, y: Any) -> Any:
     """x / y of two SciPy COO/CSR operands of one shape; arguments validated."""
     dtype = _quotient_dtype(x.dtype, y.dtype)
     shape = tuple(x.shape)
-    if x.format == "coo":
-        x2, _ = _as_2d_coo(x)
-        y2, _ = _as_2d_coo(y if y.format == "coo" else y.tocoo())
-    else:
-        x2, y2 = x, (y if y.format == "csr" else y.tocsr())
-    xc, yc = _canonical_csr(x2), _canonical_csr(y2)
+    # both go to canonical CSR whatever their format (an N-D operand is a COO, flattened)
+    xc, yc = _canonical_csr(_as_2d(x)), _canonical_csr(_as_2d(y))
     data, indices, indptr = _merge(xc, yc, dtype)
     idx = _index_dtype((x, y), data.size, shape)
     return _build(x, data, indices, indptr, shape, idx)
@@ -234,9 +230,11 @@ def divide(x: Any, y: Any) -> Any:
 def divide_scalar(x: Any, y: Any) -> Any:
     """x / y for a SciPy COO/CSR `x` and a scalar `y`: the pattern of `x`, canonical."""
     shape = tuple(x.shape)
-    x2, _ = _as_2d_coo(x) if x.format == "coo" else (x, shape)
-    xc = _canonical_csr(x2)
+    xc = _canonical_csr(_as_2d(x))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         data = xc.data / y
     idx = _index_dtype((x,), data.size, shape)
-    return _build(x, data, xc.indices.copy(), xc.indptr.copy(), shape, idx)
+    indices, indptr = xc.indices, xc.indptr
+    if xc is x:  # a canonical CSR input: the result must not share its index arrays
+        indices, indptr = indices.copy(), indptr.copy()
+    return _build(x, data, indices, indptr, shape, idx)

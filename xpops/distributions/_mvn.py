@@ -404,16 +404,12 @@ class MultivariateNormal:
             return tuple(out[..., i] for i in range(out_axis))
         return v.map_blocks(chunk, drop_axis=len(batch), dtype=self._dtype)
 
-    @staticmethod
-    def _is_dask(value: Any) -> bool:
-        return type(value).__module__.split(".")[0] == "dask"
-
     # ---- densities, moments, sampling -------------------------------------------------------
 
     def log_prob(self, value: Any) -> Array:
         """Log density at `value`, shape ``broadcast(value.shape[:-1], batch_shape)``; a Dask
         `value` gives a lazy result computed chunk by chunk."""
-        if self._is_dask(value):
+        if _compat.is_dask_array(value):
             return self._over_dask(value, "log_prob")
         xp = self._xp
         value = self._value(value, "value")
@@ -433,7 +429,7 @@ class MultivariateNormal:
 
     def prob(self, value: Any) -> Array:
         """Density at `value` (lazy for a Dask `value`)."""
-        if self._is_dask(value):
+        if _compat.is_dask_array(value):
             return self._over_dask(value, "prob")
         return self._xp.exp(self.log_prob(value))
 
@@ -593,7 +589,7 @@ class MultivariateNormal:
         ``(cdf, error_estimate)``. A Dask `value` gives lazy results, chunk by chunk.
         """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
-        if self._is_dask(value):
+        if _compat.is_dask_array(value):
             return self._cdf_dask(value, lower_limit, options, log=False)
         return self._cdf(value, lower_limit, options, log=False)
 
@@ -613,7 +609,7 @@ class MultivariateNormal:
         of `cdf`, but `abseps`, `releps` and the error estimate apply to the log (so `abseps`
         bounds the relative error of the probability)."""
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
-        if self._is_dask(value):
+        if _compat.is_dask_array(value):
             return self._cdf_dask(value, lower_limit, options, log=True)
         return self._cdf(value, lower_limit, options, log=True)
 
@@ -621,7 +617,7 @@ class MultivariateNormal:
         """cdf/logcdf over the chunks of a Dask `value` (`lower_limit` in memory or None; an
         int seed is used as is in every chunk, so a chunking gives one result)."""
         if lower_limit is not None and (
-            self._is_dask(lower_limit) or tuple(np.shape(lower_limit)) != (self._d,)
+            _compat.is_dask_array(lower_limit) or tuple(np.shape(lower_limit)) != (self._d,)
         ):
             msg = (
                 f"with a Dask `value`, `lower_limit` must be None or one in-memory bound of "

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+from .._lib._compat import is_dask_array as _is_dask
+
 __all__ = ["divide"]
 
 _FORMATS = ("csr", "coo")
@@ -61,10 +63,6 @@ def _check_numeric(dtype: Any, what: str) -> None:
         raise TypeError(msg)
 
 
-def _is_dask(a: Any) -> bool:
-    return type(a).__module__.split(".")[0] == "dask"
-
-
 def _divide_chunk(a: Any, b: Any) -> Any:
     return divide(a, b)
 
@@ -84,7 +82,8 @@ def _divide_dask(x: Any, y: Any) -> Any:
     library = _library(x._meta) or "scipy"
     if not _is_dask(y):
         if _is_scalar(y, library):
-            return x.map_blocks(_divide_chunk, y, dtype=_dask_dtype(x, y), meta=_dask_meta(x, y))
+            dx: Any = x  # (mypy narrows a Dask array to the array-API protocol)
+            return dx.map_blocks(_divide_chunk, y, dtype=_dask_dtype(x, y), meta=_dask_meta(x, y))
         msg = (
             f"`x` is a Dask array, so `y` must be a Dask array of sparse chunks or a scalar, "
             f"got {_type_name(y)}"
