@@ -591,7 +591,7 @@ def test_solve_triangular_helper(xp, lower, conjugate_transpose, dtype_name):
 # ---- GPU only -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("m", [1, 2, 31, 32, 33, 63, 64, 65, 128])
+@pytest.mark.parametrize("m", [1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128])
 @pytest.mark.parametrize("dtype_name", ["float32", "float64"])
 @pytest.mark.parametrize("upper", [False, True])
 def test_gpu_sizes_around_block_boundaries(cupy_only, m, dtype_name, upper):

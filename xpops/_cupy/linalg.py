@@ -1,9 +1,18 @@
-"""CuPy engine of cholesky_solve: a fused kernel for small systems, cuBLAS trsm for large ones.
+"""CuPy engine of cholesky_solve: fused kernels for small systems, cuBLAS trsm for large ones.
 
-``small``: for M up to SMALL_MAX_M. A group of G = min(32, M_MAX) lanes solves one system
-(M_MAX the power of two at or above M; each lane owns M_MAX / G rows). The group copies the
-used triangle of its factor into shared memory, packed row by row (the other triangle is never
-read), then runs forward and back substitution on KC right-hand sides at a time held in
+``lanes``: for M up to LANES_MAX_M = 32. G lanes solve one system (G the power of two at or
+above M), lane i owning row i of the right-hand sides. Lane i reads column i of the stored
+factor (adjacent lanes read adjacent elements, only the used triangle) and gets row i by a
+transpose through a small shared-memory tile, so row i and column i of L sit in registers.
+Forward substitution: at step j lane j scales its value by the reciprocal diagonal and
+broadcasts it with a shuffle; lanes below subtract ``L[i][j] y_j`` (row registers). Back
+substitution does the same upwards with ``conj(L[j][i])`` (column registers). No index
+arithmetic in the loops (M is a template parameter), one read of the factor.
+
+``small``: for LANES_MAX_M < M <= SMALL_MAX_M. A group of G = min(32, M_MAX) lanes solves one
+system (M_MAX the power of two at or above M; each lane owns M_MAX / G rows). The group copies
+the used triangle of its factor into shared memory, packed row by row (the other triangle is
+never read), then runs forward and back substitution on KC right-hand sides at a time held in
 registers: at step j the owner of row j scales it by the stored reciprocal of the diagonal,
 broadcasts it with a shuffle, and every lane updates its rows from the shared triangle. One
 launch covers the whole batch; broadcast batch dimensions are followed through index arrays,
@@ -22,14 +31,21 @@ import math
 import cupy
 import numpy as np
 
-# Systems with M <= SMALL_MAX_M use the fused kernel. Measured on an H100: (100000, 16, 16)
-# K=1 0.12 ms against 0.56 ms for batched trsm; (10000, 64, 64) K=8 0.22 / 0.42 ms (float32 /
-# float64) against 0.53 / 0.91 ms. Above 64 its registers (2 rows x KC columns a lane) and
-# shared memory (the packed triangle) run out.
+# Systems with LANES_MAX_M < M <= SMALL_MAX_M use the small kernel. Measured on an H100:
+# (10000, 64, 64) K=8 0.22 / 0.42 ms (float32 / float64) against 0.53 / 0.91 ms for batched
+# trsm. Above 64 its registers (2 rows x KC columns a lane) and shared memory (the packed
+# triangle) run out.
 SMALL_MAX_M = 64
 SMALL_THREADS = 256  # at most this many threads a block
 SMALL_SMEM = 24576  # bytes of packed triangles a block
 SMALL_COLUMNS = 4  # right-hand sides a lane holds at once when K > 1
+
+# Systems with M <= LANES_MAX_M use the lanes kernel. Measured on an H100 (kernel alone, K=1,
+# 100000 systems, float32 / float64): M=8 0.026 / 0.040 ms against 0.048 / 0.052 ms for the
+# small kernel, M=16 0.062 / 0.095 against 0.091 / 0.123, M=24 0.13 / 0.23 against 0.24 /
+# 0.31, M=32 0.18 / 0.34 against 0.25 / 0.35; with K=8 it was faster at every M up to 32.
+LANES_MAX_M = 32
+LANES_THREADS = 128  # threads a block (64 ran the same; 32 up to 25% slower)
 
 _SOURCE = r"""
 template <typename R> struct Cplx { R re, im; };
@@ -66,6 +82,93 @@ __device__ __forceinline__ double shfl(double v, int src, int width) {
 template <typename R> __device__ __forceinline__ Cplx<R> shfl(Cplx<R> v, int src, int width) {
     return Cplx<R>{__shfl_sync(0xffffffffu, v.re, src, width),
                    __shfl_sync(0xffffffffu, v.im, src, width)};
+}
+
+#ifndef LANES_THREADS  // threads a block of the lanes kernel (set when compiling it)
+#define LANES_THREADS 128
+#endif
+
+// One lane a row, G lanes a system (M <= 32), row and column of the factor in registers; see
+// the module docstring.
+template <typename T, int M, int KC>
+__global__ void __launch_bounds__(LANES_THREADS)
+xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ factor,
+                           T* __restrict__ out, const long long batch, const int K,
+                           const int upper, const long long* __restrict__ rhs_index,
+                           const long long* __restrict__ factor_index) {
+    constexpr int G = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : M <= 16 ? 16 : 32;
+    const long long s = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int i = threadIdx.x % G;
+    const bool live = s < batch;  // idle lanes still take part in the shuffles
+    const bool active = live && i < M;
+    const long long sf = live ? (factor_index ? factor_index[s] : s) : 0;
+    const T* F = factor + sf * (long long)(M * M);
+    // Lane i needs row i and column i of L. It reads column i of the stored factor (adjacent
+    // lanes read adjacent elements: coalesced), the used part only, and gets row i of the
+    // stored factor through shared memory. L = F (lower): row i is L[i][:], column i is
+    // L[:][i]; F = U = L^H (upper): L[i][k] = conj(U[k][i]), L[k][i] = conj(U[i][k]).
+    constexpr int P = G + 1;  // odd pitch: the transposed reads hit distinct banks
+    __shared__ T tile_all[LANES_THREADS / G][M * P];
+    T* tile = tile_all[threadIdx.x / G];
+    T a[M], b[M];
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+        const bool used = active && (upper ? k <= i : k >= i);
+        a[k] = used ? F[k * M + i] : T{};
+        if (active) tile[k * P + i] = a[k];
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+        const bool used = active && (upper ? k >= i : k <= i);
+        b[k] = used ? tile[i * P + k] : T{};
+    }
+    const T diag = active ? tile[i * P + i] : T{};
+    T row[M], col[M];
+#pragma unroll
+    for (int k = 0; k < M; ++k) {
+        row[k] = upper ? conj_(a[k]) : b[k];
+        col[k] = upper ? conj_(b[k]) : a[k];
+    }
+    const T inv = active ? recip(upper ? conj_(diag) : diag) : T{};
+    const long long mk = (long long)M * K;
+    const T* B = rhs + (live ? (rhs_index ? rhs_index[s] : s) : 0) * mk;
+    T* O = out + (live ? s : 0) * mk;
+    for (int c0 = 0; c0 < K; c0 += KC) {
+        T v[KC];
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            v[c] = (active && c0 + c < K) ? B[(long long)i * K + c0 + c] : T{};
+        }
+#pragma unroll
+        for (int j = 0; j < M; ++j) {  // L y = b: lane j finishes y_j, the lanes below use it
+#pragma unroll
+            for (int c = 0; c < KC; ++c) {
+                const T y = shfl(mul(v[c], inv), j, G);
+                if (i == j) {
+                    v[c] = y;
+                } else if (i > j) {
+                    v[c] = sub_mul(v[c], row[j], y);
+                }
+            }
+        }
+#pragma unroll
+        for (int j = M - 1; j >= 0; --j) {  // L^H x = y, (L^H)[i][j] = conj(L[j][i])
+#pragma unroll
+            for (int c = 0; c < KC; ++c) {
+                const T x = shfl(mul(v[c], conj_(inv)), j, G);
+                if (i == j) {
+                    v[c] = x;
+                } else if (i < j) {
+                    v[c] = sub_mul(v[c], conj_(col[j]), x);
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            if (active && c0 + c < K) O[(long long)i * K + c0 + c] = v[c];
+        }
+    }
 }
 
 // One group of G lanes a system, SYS systems a block; see the module docstring.
@@ -218,6 +321,47 @@ def _small_kernel(dtype_name: str, m_max: int, columns: int, systems: int) -> cu
     return module.get_function(name)
 
 
+@cupy.memoize(for_each_device=True)
+def _lanes_kernel(dtype_name: str, m: int, columns: int, threads: int) -> cupy.RawKernel:
+    name = f"xpops_cholesky_solve_lanes<{_CTYPES[dtype_name]}, {m}, {columns}>"
+    options = ("-std=c++17", f"-DLANES_THREADS={threads}")
+    module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=[name])
+    return module.get_function(name)
+
+
+def _lanes_config(M: int, itemsize: int) -> tuple[int, int]:
+    """(lanes a system, threads a block) of the lanes kernel: its transpose tiles, M x (lanes
+    + 1) elements a system, stay within the 48 KiB of static shared memory."""
+    lanes = 1 << max(0, (M - 1).bit_length())
+    threads = LANES_THREADS
+    while threads > lanes and threads // lanes * M * (lanes + 1) * itemsize > 49152:
+        threads //= 2
+    return lanes, threads
+
+
+def _solve_lanes(x, y, out, batch, M, K, upper):
+    columns = 1 if K == 1 else SMALL_COLUMNS
+    lanes, threads = _lanes_config(M, x.dtype.itemsize)
+    kernel = _lanes_kernel(x.dtype.name, M, columns, threads)
+    n = math.prod(batch)
+    rhs_index = _batch_index(x.shape[:-2], batch)
+    factor_index = _batch_index(y.shape[:-2], batch)
+    kernel(
+        (-(-n * lanes // threads),),
+        (threads,),
+        (
+            x,
+            y,
+            out,
+            np.int64(n),
+            np.int32(K),
+            np.int32(upper),
+            rhs_index if rhs_index is not None else np.uint64(0),
+            factor_index if factor_index is not None else np.uint64(0),
+        ),
+    )
+
+
 def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> cupy.ndarray | None:
     """For each system of the broadcast `batch`, the index of its operand in `shape`; None when
     the operand is not broadcast."""
@@ -309,7 +453,7 @@ def cholesky_solve(x: cupy.ndarray, y: cupy.ndarray, upper: bool, path: str | No
     """Solve with a Cholesky factor; arguments validated and cast to one float/complex dtype.
 
     `x` is (*bx, M, K), `y` is (*by, M, M); returns the C-contiguous (*batch, M, K) result.
-    `path` (tests and benchmarks only) forces ``"small"`` or ``"blas"``.
+    `path` (tests and benchmarks only) forces ``"lanes"``, ``"small"`` or ``"blas"``.
     """
     M, K = x.shape[-2], x.shape[-1]
     bx, by = x.shape[:-2], y.shape[:-2]
@@ -318,8 +462,10 @@ def cholesky_solve(x: cupy.ndarray, y: cupy.ndarray, upper: bool, path: str | No
     if out.size == 0:
         return out
     y = cupy.ascontiguousarray(y)
-    kind = path or ("small" if M <= SMALL_MAX_M else "blas")
-    if kind == "small":
+    kind = path or ("lanes" if M <= LANES_MAX_M else "small" if M <= SMALL_MAX_M else "blas")
+    if kind == "lanes":
+        _solve_lanes(cupy.ascontiguousarray(x), y, out, batch, M, K, upper)
+    elif kind == "small":
         _solve_small(cupy.ascontiguousarray(x), y, out, batch, M, K, upper)
     else:  # copies x into column-major order itself
         _solve_blas(x, y, out, batch, M, K, upper)
