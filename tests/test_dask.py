@@ -332,3 +332,75 @@ def to_cov(d):
 
 def to_loc(d):
     return np.asarray(d.loc)
+
+
+# ---- CuPy chunks (one GPU) ------------------------------------------------------------------
+
+
+def assert_same_gpu(got, want, rtol=1e-12, atol=1e-300):
+    """A lazy Dask array of CuPy chunks equal to the in-memory CuPy result."""
+    import cupy
+
+    assert isinstance(got, da.Array)
+    computed = got.compute()
+    assert isinstance(computed, cupy.ndarray)
+    assert computed.dtype == want.dtype
+    np.testing.assert_allclose(computed.get(), want.get(), rtol=rtol, atol=atol, equal_nan=True)
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize(("exclusive", "reverse"), [(False, False), (True, True)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cupy_chunks_logcumsumexp(cupy_only, axis, exclusive, reverse, dtype):
+    cupy = cupy_only
+    x = cupy.random.default_rng(7).standard_normal((300, 700), dtype=dtype) * 10
+    x[5, 17] = cupy.nan
+    x[100:120, 300] = -cupy.inf
+    dx = da.from_array(x, chunks=(64, (100, 1, 299, 300)))
+    got = xpops.logcumsumexp(dx, axis=axis, exclusive=exclusive, reverse=reverse)
+    want = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+    # results are logs: the contract's absolute accuracy (chunks sum in another order)
+    assert_same_gpu(got, want, 0, 2e-5 if dtype == "float32" else 1e-13)
+
+
+def test_cupy_chunks_cholesky_solve_and_mvn(cupy_only):
+    cupy = cupy_only
+    rng = np.random.default_rng(8)
+    low = cupy.asarray(_factors(rng, (12,), 5))
+    b = cupy.asarray(rng.standard_normal((12, 5, 2)))
+    got = xpops.linalg.cholesky_solve(
+        da.from_array(b, chunks=(5, 5, 2)), da.from_array(low, chunks=(5, 5, 5))
+    )
+    assert_same_gpu(got, xpops.linalg.cholesky_solve(b, low))
+    g = rng.standard_normal((3, 3))
+    dist = MultivariateNormal(
+        cupy.asarray(rng.standard_normal(3)), covariance_matrix=cupy.asarray(g @ g.T + np.eye(3))
+    )
+    v = cupy.asarray(rng.standard_normal((50, 3)))
+    dv = da.from_array(v, chunks=(16, 3))
+    assert_same_gpu(dist.log_prob(dv), dist.log_prob(v))
+    assert_same_gpu(dist.prob(dv), dist.prob(v))
+    draws = dist.sample((40,), rng=3, chunks=15)
+    first, again = draws.compute(), draws.compute()
+    assert isinstance(first, cupy.ndarray)
+    assert first.shape == (40, 3)
+    assert cupy.array_equal(first, again)  # same seed and chunking, same draws
+
+
+def test_cupy_chunks_sparse_divide(cupy_only):
+    cupy = cupy_only
+    import cupyx.scipy.sparse as csp
+
+    x = sp.random(40, 30, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    y = sp.random(40, 30, density=0.1, format="csr", random_state=1, dtype=np.float32)
+    dx = da.from_array(x, chunks=(10, 15), asarray=False).map_blocks(
+        csp.csr_matrix, meta=csp.csr_matrix((0, 0), dtype=np.float32)
+    )
+    dy = da.from_array(y, chunks=(10, 15), asarray=False).map_blocks(
+        csp.csr_matrix, meta=csp.csr_matrix((0, 0), dtype=np.float32)
+    )
+    got = xpops.sparse.divide(dx, dy).compute()
+    assert csp.issparse(got)
+    want = xpops.sparse.divide(x, y)
+    assert got.nnz == want.nnz
+    np.testing.assert_array_equal(cupy.asnumpy(got.toarray()), want.toarray())
