@@ -199,6 +199,84 @@ def test_integer_parameters_become_float(xp):
     assert "float" in str(d.mean.dtype)
 
 
+# ---- many points against few factors (the CuPy engine's fused kernels; D > 32 is generic) ----
+
+LAYOUTS = [  # (loc batch, covariance batch, value shape without D)
+    ((), (), (1000,)),
+    ((3,), (), (333, 3)),
+    ((), (3,), (129, 3)),
+    ((3,), (3,), (2, 130, 3)),
+    ((2, 1), (3,), (65, 2, 3)),  # a partly broadcast factor batch
+]
+
+
+@pytest.mark.parametrize("d", [1, 3, 16, 17, 32, 33])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("loc_batch", "cov_batch", "points"), LAYOUTS)
+def test_log_prob_many_points(xp, d, dtype, loc_batch, cov_batch, points):
+    rng = np.random.default_rng(d)
+    loc = rng.standard_normal((*loc_batch, d))
+    cov = random_cov(rng, cov_batch, d)
+    value = rng.standard_normal((*points, d)) * 1.5
+    dist = make(xp, loc, "covariance_matrix", cov, dtype)
+    got = to_numpy(dist.log_prob(as_xp(xp, value, dtype)))
+    assert got.shape == points
+    assert got.dtype == np.dtype(dtype)
+    batch = np.broadcast_shapes(loc_batch, cov_batch)
+    loc_b = np.broadcast_to(loc, (*batch, d))
+    cov_b = np.broadcast_to(cov, (*batch, d, d))
+    want = np.empty(points)
+    for idx in np.ndindex(*batch):
+        ref = scipy.stats.multivariate_normal(loc_b[idx], cov_b[idx])
+        sel = (Ellipsis, *idx) if idx else (Ellipsis,)
+        want[sel] = ref.logpdf(value[(*sel, slice(None))])
+    np.testing.assert_allclose(got, want, rtol=rtol(dtype), atol=d * rtol(dtype))
+
+
+def test_log_prob_strided_values_and_late_nan(xp):
+    rng = np.random.default_rng(4)
+    d = 16
+    cov = random_cov(rng, (), d)
+    loc = rng.standard_normal(d)
+    dist = make(xp, loc, "scale_tril", np.linalg.cholesky(cov))
+    ref = scipy.stats.multivariate_normal(loc, cov)
+    wide = rng.standard_normal((300, 2 * d))
+    xwide = as_xp(xp, wide)
+    for sl in ((slice(None), slice(None, None, 2)), (slice(None, None, 2), slice(0, d))):
+        got = to_numpy(dist.log_prob(xwide[sl]))  # strided columns, then strided rows
+        np.testing.assert_allclose(got, ref.logpdf(wide[sl]), rtol=1e-10)
+    bad = rng.standard_normal((1000, d))
+    bad[-1, -1] = np.nan
+    with pytest.raises(ValueError, match="`value` must be finite"):
+        dist.log_prob(as_xp(xp, bad))
+    lax = make(xp, loc, "scale_tril", np.linalg.cholesky(cov), validate_args=False)
+    got = to_numpy(lax.log_prob(as_xp(xp, bad)))
+    assert np.isnan(got[-1])
+    np.testing.assert_allclose(got[:-1], ref.logpdf(bad[:-1]), rtol=1e-10)
+
+
+@pytest.mark.parametrize("d", [1, 16, 17])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_sample_moments_many_points(xp, d, dtype):
+    rng = np.random.default_rng(6)
+    loc = rng.standard_normal((2, d))
+    cov = random_cov(rng, (2,), d)
+    dist = make(xp, loc, "covariance_matrix", cov, dtype)
+    n = 100_000
+    s = to_numpy(dist.sample((n,), rng=11)).astype(np.float64)
+    assert s.shape == (n, 2, d)
+    for b in range(2):
+        sd = np.sqrt(np.diag(cov[b]))
+        assert np.all(np.abs(s[:, b].mean(0) - loc[b]) < 5 * sd / math.sqrt(n))
+        emp = np.atleast_2d(np.cov(s[:, b].T))
+        se = np.sqrt((cov[b] ** 2 + np.outer(np.diag(cov[b]), np.diag(cov[b]))) / n)
+        assert np.all(np.abs(emp - cov[b]) < 6 * se)
+        # the whitened draws are standard normal, coordinate by coordinate
+        z = np.linalg.solve(np.linalg.cholesky(cov[b]), (s[:, b] - loc[b]).T)
+        for row in z[: min(d, 4)]:
+            assert scipy.stats.kstest(row, "norm").pvalue > 1e-4
+
+
 # ---- sampling -------------------------------------------------------------------------------
 
 
@@ -226,6 +304,15 @@ def test_sample_reproducible_and_rsample_equal(xp):
     if backend_name(xp) != "cupy":
         c = to_numpy(dist.sample(4, rng=np.random.default_rng(3)))
         np.testing.assert_array_equal(a, c)
+    else:  # a cupy.random.Generator: same seed, same draws; the generator moves on
+        import cupy
+
+        gen = cupy.random.default_rng(3)
+        c = to_numpy(dist.sample(4, rng=gen))
+        np.testing.assert_array_equal(c, to_numpy(dist.sample(4, rng=cupy.random.default_rng(3))))
+        assert not np.array_equal(c, to_numpy(dist.sample(4, rng=gen)))
+        with pytest.raises(TypeError, match="rng"):
+            dist.sample(4, rng="seed")
     assert not np.array_equal(a, to_numpy(dist.sample((4,), rng=4)))
 
 

@@ -1,10 +1,11 @@
-"""Benchmark cases of distributions.MultivariateNormal (CPU only until its CuPy path is tested).
+"""Benchmark cases of distributions.MultivariateNormal.
 
 log_prob and sample move the points once (read or written) and the parameters once; the cdf
 case is compute-bound and reported against SciPy's ``multivariate_normal.cdf`` per point.
 """
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,8 @@ from ._case import Case
 
 # (points, D, dtype)
 CPU_DENSITY_CASES = [(1_000_000, 16, "float64"), (1_000_000, 16, "float32")]
+SLOW_PEER_S = 0.5
+CUPY_DENSITY_CASES = [(1_000_000, 16, "float32"), (1_000_000, 16, "float64")]
 CPU_CDF_CASES = [(100, 10, 1e-4)]  # (problems, D, abseps): SciPy takes ms a problem
 
 
@@ -37,9 +40,117 @@ def _torch_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callable[[], A
     }
 
 
+def _one_call_s(fn: Callable[[], Any]) -> float:
+    """Seconds of one call of a peer after a first (compiling) call."""
+    import time
+
+    import cupy
+
+    fn()
+    cupy.cuda.Device().synchronize()
+    start = time.perf_counter()
+    fn()
+    cupy.cuda.Device().synchronize()
+    return time.perf_counter() - start
+
+
+def _fast_peers(
+    peers: dict[str, Callable[[], Any]],
+) -> tuple[dict[str, Callable[[], Any]], list[str]]:
+    """The peers that take under SLOW_PEER_S a call, and a note on those left out (the runner
+    would call them a dozen times)."""
+    fast, slow = {}, []
+    for name, fn in peers.items():
+        seconds = _one_call_s(fn)
+        if seconds < SLOW_PEER_S:
+            fast[name] = fn
+        else:
+            slow.append(f"{name} {seconds:.2f} s a call, timed once")
+    return fast, slow
+
+
+def _cupy_density_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callable[[], Any]]:
+    peers: dict[str, Callable[[], Any]] = {}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            dist = torch.distributions.MultivariateNormal(
+                torch.from_dlpack(loc), covariance_matrix=torch.from_dlpack(cov)
+            )
+            peers["torch log_prob"] = functools.partial(dist.log_prob, torch.from_dlpack(x))
+            peers["torch sample"] = functools.partial(dist.sample, (n,))
+    except ImportError:
+        pass
+    # JAX would otherwise reserve most of the GPU's memory for itself at import
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    try:
+        import jax
+        import jax.scipy.stats
+
+        jloc, jcov, jx = (jax.numpy.asarray(a.get()) for a in (loc, cov, x))
+        logpdf = jax.jit(jax.scipy.stats.multivariate_normal.logpdf)
+        peers["jax log_prob"] = lambda: logpdf(jx, jloc, jcov).block_until_ready()
+        jl = jax.numpy.linalg.cholesky(jcov)
+
+        @jax.jit
+        def draw(key: Any) -> Any:  # what NumPyro's sample does: loc + eps L^T
+            eps = jax.random.normal(key, (n, jl.shape[-1]), dtype=jl.dtype)
+            return jloc + eps @ jl.T
+
+        key = jax.random.key(0)
+        peers["jax sample"] = lambda: draw(key).block_until_ready()
+    except ImportError:
+        pass
+    return peers
+
+
+def _cupy_density_cases() -> list[Case]:
+    import cupy
+    import numpy as np
+
+    from ..distributions import MultivariateNormal
+
+    out = []
+    rng = np.random.default_rng(0)
+    for n, d, dtype in CUPY_DENSITY_CASES:
+        cov = cupy.asarray(_covariance(rng, d), dtype=dtype)
+        loc = cupy.asarray(rng.standard_normal(d), dtype=dtype)
+        x = cupy.random.default_rng(1).standard_normal((n, d), dtype=dtype)
+        itemsize = np.dtype(dtype).itemsize
+        peers, slow = _fast_peers(_cupy_density_peers(loc, cov, x, n))
+        for validate in (True, False):
+            dist = MultivariateNormal(loc, covariance_matrix=cov, validate_args=validate)
+            note = "" if validate else ", validate_args=False"
+            if validate and any("log_prob" in t for t in slow):
+                note += " (" + "; ".join(t for t in slow if "log_prob" in t) + ")"
+            out.append(
+                Case(
+                    op="MultivariateNormal.log_prob",
+                    label=f"{n} points, D={d} {dtype}{note}",
+                    nbytes=n * d * itemsize + n * itemsize,
+                    bandwidth="copy",
+                    run=functools.partial(dist.log_prob, x),
+                    peers={k: v for k, v in peers.items() if "log_prob" in k} if validate else {},
+                )
+            )
+        out.append(
+            Case(
+                op="MultivariateNormal.sample",
+                label=f"{n} points, D={d} {dtype}"
+                + "".join(f" ({t})" for t in slow if "sample" in t),
+                nbytes=n * d * itemsize,
+                bandwidth="fill",
+                run=functools.partial(dist.sample, (n,), rng=1),
+                peers={k: v for k, v in peers.items() if "sample" in k},
+            )
+        )
+    return out
+
+
 def cases(backend: str) -> list[Case]:
     if backend == "cupy":
-        return []
+        return _cupy_density_cases()
     import numpy as np
     import scipy.stats
 

@@ -51,6 +51,12 @@ def _batch(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(np.broadcast_shapes(*shapes))
 
 
+def _bad_values(what: str, shape: tuple[int, ...], allow_inf: bool) -> str:
+    if allow_inf:
+        return f"`{what}` must be free of NaN, got shape {shape} with NaN values"
+    return f"`{what}` must be finite, got shape {shape} with non-finite values"
+
+
 def _all(xp: Namespace, condition: Array) -> bool:
     return bool(xp.all(condition))
 
@@ -184,6 +190,7 @@ class MultivariateNormal:
             self._check_matrix(name, matrix)
         self._tril = self._factor(name, matrix)  # L with L L^T = covariance, own batch shape
         self._linv_t: Array | None = None
+        self._fused: tuple[Array, Array, Array] | None = None  # CuPy kernels' parameter layout
         if self._validate and name != "scale_tril":
             self._check_factor(name, matrix)
 
@@ -330,7 +337,9 @@ class MultivariateNormal:
         xp = self._xp
         return xp.sum(xp.log(xp.linalg.diagonal(self._tril)), axis=-1)
 
-    def _value(self, value: Any, what: str, *, allow_inf: bool = False) -> Array:
+    def _value(
+        self, value: Any, what: str, *, allow_inf: bool = False, check_values: bool = True
+    ) -> Array:
         xp = self._xp
         if not _is_array(value):
             value = xp.asarray(value, dtype=self._dtype, device=_compat.device(self._tril))
@@ -350,15 +359,10 @@ class MultivariateNormal:
             raise ValueError(msg) from None
         if value.dtype != self._dtype:
             value = xp.astype(value, self._dtype)
-        if self._validate:
+        if self._validate and check_values:
             ok = ~xp.isnan(value) if allow_inf else xp.isfinite(value)
             if not _all(xp, ok):
-                kind = "NaN" if allow_inf else "finite"
-                msg = (
-                    f"`{what}` must be {'free of NaN' if allow_inf else kind}, got shape {vs} "
-                    f"with {'NaN' if allow_inf else 'non-finite'} values"
-                )
-                raise ValueError(msg)
+                raise ValueError(_bad_values(what, vs, allow_inf))
         return value
 
     # ---- Dask values ----------------------------------------------------------------------
@@ -396,6 +400,7 @@ class MultivariateNormal:
             sub._tril = xp.broadcast_to(self._tril, (*full, self._d))[sl]
             sub._batch_shape = tuple(b - a for a, b in where[len(where) - 1 - nb : len(where) - 1])
             sub._linv_t = None if nb else self._linv_t
+            sub._fused = None
             out = getattr(sub, method)(block, **kw)
             return xp.stack(out, axis=-1) if out_axis else out
 
@@ -412,7 +417,14 @@ class MultivariateNormal:
         if _compat.is_dask_array(value):
             return self._over_dask(value, "log_prob")
         xp = self._xp
-        value = self._value(value, "value")
+        fused = self._fused_kernels()
+        value = self._value(value, "value", check_values=fused is None)
+        if fused is not None:
+            out = self._fused_log_prob(fused, value)
+            if out is not None:
+                return out
+            if self._validate and not _all(xp, xp.isfinite(value)):
+                raise ValueError(_bad_values("value", _shape(value), False))
         diff = value - self._loc
         if self._d == 0 or math.prod(_shape(diff)) == 0:
             maha = xp.sum(diff * diff, axis=-1)
@@ -426,6 +438,55 @@ class MultivariateNormal:
             z = solve_triangular(self._tril, diff[..., None], lower=True, xp=xp)[..., 0]
             maha = xp.sum(z * z, axis=-1)
         return -0.5 * (self._d * _LOG_2PI + maha) - self._half_log_det()
+
+    def _fused_kernels(self) -> Any:
+        """The CuPy engine module when its fused kernels take this distribution, else None."""
+        if not _backend.is_cupy_namespace(self._xp):
+            return None
+        from .._cupy import distributions as engine
+
+        return engine if engine.supported(self._dtype, self._d) else None
+
+    def _fused_params(self, engine: Any) -> tuple[Array, Array, Array]:
+        """(loc rows, factors, half log-determinants) laid out for the fused kernels: point o
+        of a flat (points..., *batch_shape) layout meets row o % len(loc rows) and factor
+        o % len(factors)."""
+        if self._fused is None:
+            import cupy
+
+            d, batch = self._d, self._batch_shape
+            size = math.prod(batch)
+            if all(st == 0 for st in self._loc.strides[:-1]):  # one mean, broadcast
+                loc = cupy.reshape(self._loc[(0,) * len(batch)], (1, d))
+            else:
+                loc = cupy.reshape(self._loc, (size, d))
+            rows = engine.points_layout(batch, _shape(self._tril)[:-2])
+            tril = self._tril if rows else cupy.broadcast_to(self._tril, (*batch, d, d))
+            tril = cupy.ascontiguousarray(cupy.reshape(tril, (rows or size, d, d)))
+            half = cupy.sum(cupy.log(cupy.diagonal(tril, axis1=-2, axis2=-1)), axis=-1)
+            self._fused = (cupy.ascontiguousarray(loc), tril, half)
+        return self._fused
+
+    def _fused_log_prob(self, engine: Any, value: Array) -> Array | None:
+        """log_prob by the fused CuPy kernel, or None where the layout does not suit it (a
+        broadcast `value`, a batch that is not the trailing part of the output, no points)."""
+        vs = _shape(value)
+        out_batch = _batch(vs[:-1], self._batch_shape)
+        nb = len(self._batch_shape)
+        if (
+            out_batch != vs[:-1]
+            or (nb and out_batch[-nb:] != self._batch_shape)
+            or math.prod(out_batch) == 0
+        ):
+            return None
+        loc, tril, half = self._fused_params(engine)
+        flat = value.reshape(-1, self._d)
+        if not flat.flags.c_contiguous:
+            flat = flat.copy()
+        out, flag = engine.log_prob(flat, loc, tril, half, check=self._validate)
+        if flag is not None and int(flag):
+            raise ValueError(_bad_values("value", vs, False))
+        return out.reshape(out_batch)
 
     def prob(self, value: Any) -> Array:
         """Density at `value` (lazy for a Dask `value`)."""
@@ -445,9 +506,7 @@ class MultivariateNormal:
         if _backend.is_cupy_namespace(xp):
             import cupy
 
-            if isinstance(rng, np.random.Generator):
-                msg = "`rng` must be a cupy.random.Generator (or None or an int seed) for CuPy"
-                raise TypeError(msg)
+            _check_cupy_rng(rng)
             gen = rng if isinstance(rng, cupy.random.Generator) else cupy.random.default_rng(rng)
             return gen.standard_normal(full, dtype=self._dtype)
         if rng is not None and not isinstance(rng, numbers.Integral | np.random.Generator):
@@ -467,6 +526,13 @@ class MultivariateNormal:
         the parameters with PyTorch tensors)."""
         shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)  # type: ignore[arg-type]
         xp = self._xp
+        engine = self._fused_kernels()
+        points = math.prod(shape) * math.prod(self._batch_shape)
+        if engine is not None and points:
+            _check_cupy_rng(rng)
+            loc, tril, _ = self._fused_params(engine)
+            out = engine.sample(points, loc, tril, rng, self._dtype)
+            return xp.reshape(out, (*shape, *self._batch_shape, self._d))
         eps = self._normal(shape, rng)
         if not self._batch_shape and self._d and math.prod(_shape(eps)):
             # one distribution: one matrix product eps L^T, not one per point
@@ -658,6 +724,21 @@ class MultivariateNormal:
             "rng": rng,
             "return_error": as_bool(return_error, "return_error"),
         }
+
+
+def _check_cupy_rng(rng: Any) -> None:
+    import cupy
+
+    if not (
+        rng is None
+        or isinstance(rng, cupy.random.Generator)
+        or (isinstance(rng, numbers.Integral) and not isinstance(rng, bool))
+    ):
+        msg = (
+            "`rng` must be None, an int seed or a cupy.random.Generator for CuPy, got "
+            f"{type(rng).__module__}.{type(rng).__name__}"
+        )
+        raise TypeError(msg)
 
 
 def kl_divergence(p: MultivariateNormal, q: MultivariateNormal) -> Array:

@@ -1,0 +1,314 @@
+"""CuPy engine of MultivariateNormal: fused log_prob and sample kernels for D <= MAX_D.
+
+``log_prob``: a block of POINTS threads takes POINTS consecutive points. Their values are read
+coalesced into a shared tile (odd row pitch: no bank conflicts when thread t reads row t), the
+factor's lower triangle and reciprocal diagonal go to shared memory when one factor serves
+every point, and each thread then subtracts the mean, forward-substitutes ``L z = x - mu`` in
+registers (D is a template parameter), sums ``z**2`` and writes one value: one read of the
+points, one write of the result. Non-finite values raise a flag (one atomic a warp) that the
+caller reads once when it validates.
+
+``sample``: each thread makes the D standard normals of one point from a counter-based
+Philox4x32-10 generator (key from the seed, counter from the point index: the draw does not
+depend on the launch shape) and the Box-Muller transform, computes ``mu + L eps`` in
+registers and writes the point through a shared tile, coalesced: the only memory traffic is
+the output. float32 takes one 32-bit word a uniform, float64 two (53-bit uniforms).
+
+Point ``o`` of the flat output uses mean row ``o % n_loc`` and factor ``o % n_tril``: the
+caller lays out the batch so that this is the broadcast (points outermost, batch innermost).
+"""
+
+import math
+
+import cupy
+import numpy as np
+
+MAX_D = 32  # z[D] (and eps[D]) live in registers; above this the generic path is used
+POINTS = 128  # points (threads) a block; the float64 D=32 tile is 128 x 33 x 8 = 33 KiB
+
+_SOURCE = r"""
+#define LOG_2PI 1.8378770664093453
+
+template <int D> struct Pitch { static constexpr int value = D | 1; };
+
+// Lower triangle (row-major packed) and reciprocal diagonal of one factor into shared memory.
+template <typename T, int D>
+__device__ __forceinline__ void stage_factor(const T* __restrict__ tril, T* tri, T* rdiag) {
+    for (int e = threadIdx.x; e < D * D; e += blockDim.x) {
+        const int i = e / D, j = e - (e / D) * D;
+        if (j <= i) tri[i * (i + 1) / 2 + j] = tril[e];
+        if (i == j) rdiag[i] = T(1) / tril[e];
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_log_prob(
+        const T* __restrict__ value, const T* __restrict__ loc, const T* __restrict__ tril,
+        const T* __restrict__ half_log_det, const long long n, const long long n_loc,
+        const long long n_tril, T* __restrict__ out, const unsigned long long bad_address) {
+    int* bad = reinterpret_cast<int*>(bad_address);  // 0: no check
+    constexpr int PITCH = Pitch<D>::value;
+    __shared__ T tile[MVN_POINTS * PITCH];
+    __shared__ T tri[D * (D + 1) / 2];
+    __shared__ T rdiag[D];
+    __shared__ T mu[D];
+    const long long first = (long long)blockIdx.x * MVN_POINTS;
+    const int rows = (int)min((long long)MVN_POINTS, n - first);
+    const T* src = value + first * D;
+    for (int e = threadIdx.x; e < rows * D; e += MVN_POINTS) {
+        const int r = e / D;
+        tile[r * PITCH + (e - r * D)] = src[e];
+    }
+    if (n_tril == 1) stage_factor<T, D>(tril, tri, rdiag);
+    if (n_loc == 1)
+        for (int i = threadIdx.x; i < D; i += MVN_POINTS) mu[i] = loc[i];
+    __syncthreads();
+    bool finite = true;
+    if (threadIdx.x < rows) {
+        const long long o = first + threadIdx.x;
+        const T* m = n_loc == 1 ? mu : loc + (o % n_loc) * D;
+        T z[D];
+        #pragma unroll
+        for (int i = 0; i < D; ++i) {
+            const T v = tile[threadIdx.x * PITCH + i];
+            finite = finite && isfinite(v);
+            z[i] = v - m[i];
+        }
+        T ss = 0;
+        if (n_tril == 1) {
+            #pragma unroll
+            for (int i = 0; i < D; ++i) {
+                T acc = z[i];
+                #pragma unroll
+                for (int j = 0; j < i; ++j) acc -= tri[i * (i + 1) / 2 + j] * z[j];
+                z[i] = acc * rdiag[i];
+                ss += z[i] * z[i];
+            }
+            out[o] = T(-0.5) * (T(D * LOG_2PI) + ss) - half_log_det[0];
+        } else {
+            const long long f = o % n_tril;
+            const T* L = tril + f * (D * D);
+            #pragma unroll
+            for (int i = 0; i < D; ++i) {
+                T acc = z[i];
+                #pragma unroll
+                for (int j = 0; j < i; ++j) acc -= __ldg(L + i * D + j) * z[j];
+                z[i] = acc / __ldg(L + i * D + i);
+                ss += z[i] * z[i];
+            }
+            out[o] = T(-0.5) * (T(D * LOG_2PI) + ss) - half_log_det[f];
+        }
+    }
+    if (bad != nullptr && __any_sync(0xffffffffu, !finite) && (threadIdx.x & 31) == 0)
+        atomicOr(bad, 1);
+}
+
+// Philox4x32-10 (Salmon et al. 2011): four 32-bit words from a 128-bit counter and a 64-bit key.
+__device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
+    #pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        const unsigned int hi0 = __umulhi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
+        const unsigned int hi1 = __umulhi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
+        c = make_uint4(hi1 ^ c.y ^ k.x, lo1, hi0 ^ c.w ^ k.y, lo0);
+        k.x += 0x9E3779B9u;
+        k.y += 0xBB67AE85u;
+    }
+    return c;
+}
+
+// Box-Muller: a pair of standard normals from u1 in (0, 1] and u2 in [0, 1).
+__device__ __forceinline__ void box_muller(float u1, float u2, float& a, float& b) {
+    const float r = sqrtf(-2.0f * logf(u1));
+    float s, c;
+    sincospif(2.0f * u2, &s, &c);
+    a = r * c;
+    b = r * s;
+}
+__device__ __forceinline__ void box_muller(double u1, double u2, double& a, double& b) {
+    const double r = sqrt(-2.0 * log(u1));
+    double s, c;
+    sincospi(2.0 * u2, &s, &c);
+    a = r * c;
+    b = r * s;
+}
+
+// The D standard normals of point o: float32 four a Philox call, float64 two.
+template <int D>
+__device__ __forceinline__ void normals(float* eps, unsigned long long o, uint2 key) {
+    #pragma unroll
+    for (int j = 0; j < D; j += 4) {
+        const uint4 w = philox(make_uint4((unsigned int)o, (unsigned int)(o >> 32), j, 0u), key);
+        const float s = 2.3283064365386963e-10f;  // 2^-32
+        float a, b, c, d;
+        box_muller(__uint2float_rn(w.x) * s + 0.5f * s, __uint2float_rn(w.y) * s, a, b);
+        box_muller(__uint2float_rn(w.z) * s + 0.5f * s, __uint2float_rn(w.w) * s, c, d);
+        eps[j] = a;
+        if (j + 1 < D) eps[j + 1] = b;
+        if (j + 2 < D) eps[j + 2] = c;
+        if (j + 3 < D) eps[j + 3] = d;
+    }
+}
+template <int D>
+__device__ __forceinline__ void normals(double* eps, unsigned long long o, uint2 key) {
+    #pragma unroll
+    for (int j = 0; j < D; j += 2) {
+        const uint4 w = philox(make_uint4((unsigned int)o, (unsigned int)(o >> 32), j, 0u), key);
+        const double s = 1.1102230246251565e-16;  // 2^-53
+        const double u1 = ((double)(((unsigned long long)w.x << 21) ^ (w.y >> 11)) + 0.5) * s;
+        const double u2 = (double)(((unsigned long long)w.z << 21) ^ (w.w >> 11)) * s;
+        double a, b;
+        box_muller(u1, u2, a, b);
+        eps[j] = a;
+        if (j + 1 < D) eps[j + 1] = b;
+    }
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_sample(
+        const T* __restrict__ loc, const T* __restrict__ tril, const long long n,
+        const long long n_loc, const long long n_tril, const unsigned int k0,
+        const unsigned int k1, const unsigned long long key_address, T* __restrict__ out) {
+    // key_address: a device pair of key words, or 0 for (k0, k1)
+    const unsigned int* device_key = reinterpret_cast<const unsigned int*>(key_address);
+    constexpr int PITCH = Pitch<D>::value;
+    __shared__ T tile[MVN_POINTS * PITCH];
+    __shared__ T tri[D * (D + 1) / 2];
+    __shared__ T rdiag[D];
+    __shared__ T mu[D];
+    const long long first = (long long)blockIdx.x * MVN_POINTS;
+    const int rows = (int)min((long long)MVN_POINTS, n - first);
+    if (n_tril == 1) stage_factor<T, D>(tril, tri, rdiag);
+    if (n_loc == 1)
+        for (int i = threadIdx.x; i < D; i += MVN_POINTS) mu[i] = loc[i];
+    __syncthreads();
+    if (threadIdx.x < rows) {
+        const long long o = first + threadIdx.x;
+        const uint2 key = device_key != nullptr ? make_uint2(device_key[0], device_key[1])
+                                                : make_uint2(k0, k1);
+        T eps[D];
+        normals<D>(eps, (unsigned long long)o, key);
+        const T* m = n_loc == 1 ? mu : loc + (o % n_loc) * D;
+        if (n_tril == 1) {
+            #pragma unroll
+            for (int i = 0; i < D; ++i) {
+                T acc = m[i];
+                #pragma unroll
+                for (int j = 0; j <= i; ++j) acc += tri[i * (i + 1) / 2 + j] * eps[j];
+                tile[threadIdx.x * PITCH + i] = acc;
+            }
+        } else {
+            const T* L = tril + (o % n_tril) * (D * D);
+            #pragma unroll
+            for (int i = 0; i < D; ++i) {
+                T acc = m[i];
+                #pragma unroll
+                for (int j = 0; j <= i; ++j) acc += __ldg(L + i * D + j) * eps[j];
+                tile[threadIdx.x * PITCH + i] = acc;
+            }
+        }
+    }
+    __syncthreads();
+    T* dst = out + first * D;
+    for (int e = threadIdx.x; e < rows * D; e += MVN_POINTS) {
+        const int r = e / D;
+        dst[e] = tile[r * PITCH + (e - r * D)];
+    }
+}
+"""
+
+_CTYPES = {"float32": "float", "float64": "double"}
+_OPTIONS = ("-std=c++17", f"-DMVN_POINTS={POINTS}")
+
+
+@cupy.memoize(for_each_device=True)
+def _kernel(kind: str, dtype_name: str, d: int) -> cupy.RawKernel:
+    name = f"xpops_mvn_{kind}<{_CTYPES[dtype_name]}, {d}>"
+    module = cupy.RawModule(code=_SOURCE, options=_OPTIONS, name_expressions=[name])
+    return module.get_function(name)
+
+
+def supported(dtype: object, d: int) -> bool:
+    """Whether the fused kernels take this dtype and event size."""
+    return 1 <= d <= MAX_D and np.dtype(dtype).name in _CTYPES  # type: ignore[call-overload]
+
+
+def _grid(n: int) -> tuple[int]:
+    return ((n + POINTS - 1) // POINTS,)
+
+
+def log_prob(
+    value: cupy.ndarray,
+    loc: cupy.ndarray,
+    tril: cupy.ndarray,
+    half_log_det: cupy.ndarray,
+    *,
+    check: bool,
+) -> tuple[cupy.ndarray, cupy.ndarray | None]:
+    """Log densities of the points ``value`` (n, D), C-contiguous; ``loc`` (n_loc, D), ``tril``
+    (n_tril, D, D) and ``half_log_det`` (n_tril,) contiguous, with n_loc and n_tril dividing n
+    (point o meets row o % n_loc and factor o % n_tril). Returns ``(out, flag)``: ``flag`` is a
+    device int, nonzero if a value was not finite (None unless `check`)."""
+    n, d = value.shape
+    out = cupy.empty(n, dtype=value.dtype)
+    flag = cupy.zeros((), dtype=cupy.int32) if check else None
+    if n:
+        kernel = _kernel("log_prob", value.dtype.name, d)
+        args = (
+            value,
+            loc,
+            tril,
+            half_log_det,
+            np.int64(n),
+            np.int64(loc.shape[0]),
+            np.int64(tril.shape[0]),
+            out,
+            np.uint64(0 if flag is None else flag.data.ptr),
+        )
+        kernel(_grid(n), (POINTS,), args)
+    return out, flag
+
+
+def _key(rng: object) -> tuple[int, int, cupy.ndarray | None]:
+    """The generator key: from an int seed or fresh entropy on the host, or drawn on the device
+    from a cupy.random.Generator (no synchronisation)."""
+    if isinstance(rng, cupy.random.Generator):
+        words = (rng.random(2) * 4294967296.0).astype(cupy.uint32)
+        return 0, 0, words
+    k0, k1 = (int(w) for w in np.random.SeedSequence(rng).generate_state(2))  # type: ignore[arg-type]
+    return k0, k1, None
+
+
+def sample(
+    n: int, loc: cupy.ndarray, tril: cupy.ndarray, rng: object, dtype: object
+) -> cupy.ndarray:
+    """``n`` points ``loc[o % n_loc] + tril[o % n_tril] @ eps`` as an (n, D) array."""
+    d = tril.shape[-1]
+    out = cupy.empty((n, d), dtype=dtype)
+    k0, k1, device_key = _key(rng)
+    if n:
+        kernel = _kernel("sample", out.dtype.name, d)
+        args = (
+            loc,
+            tril,
+            np.int64(n),
+            np.int64(loc.shape[0]),
+            np.int64(tril.shape[0]),
+            np.uint32(k0),
+            np.uint32(k1),
+            np.uint64(0 if device_key is None else device_key.data.ptr),
+            out,
+        )
+        kernel(_grid(n), (POINTS,), args)
+    return out
+
+
+def points_layout(batch: tuple[int, ...], own: tuple[int, ...]) -> int | None:
+    """How many distinct rows a parameter of batch shape `own` (broadcast to `batch`) has in the
+    flat kernel layout: 1 when it is one row for all, the batch size when it is the whole batch
+    already, None when it broadcasts partially (the caller then materializes it)."""
+    size = math.prod(batch)
+    if math.prod(own) == 1:
+        return 1
+    if tuple(own) == tuple(batch):
+        return size
+    return None
