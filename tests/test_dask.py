@@ -233,6 +233,96 @@ def test_mvn_dask_errors():
         bad.compute()
 
 
+# ---- MultivariateNormal with Dask parameters (chunked along batch dimensions) -----------------
+
+
+def _dask_params(rng, batch, d, chunks, param="covariance_matrix"):
+    g = rng.standard_normal((*batch, d, d))
+    cov = g @ np.swapaxes(g, -1, -2) / d + np.eye(d)
+    loc = rng.standard_normal((*batch, d))
+    matrix = {
+        "covariance_matrix": cov,
+        "precision_matrix": np.linalg.inv(cov),
+        "scale_tril": np.linalg.cholesky(cov),
+    }[param]
+    lazy = MultivariateNormal(
+        da.from_array(loc, chunks=(*chunks, d)),
+        **{param: da.from_array(matrix, chunks=(*chunks, d, d))},
+    )
+    return lazy, MultivariateNormal(loc, **{param: matrix})
+
+
+@pytest.mark.parametrize("param", ["covariance_matrix", "precision_matrix", "scale_tril"])
+@pytest.mark.parametrize(
+    ("batch", "chunks", "vshape", "vchunks"),
+    [
+        ((6,), (6,), (5, 6, 3), (5, 6, 3)),  # one chunk
+        ((6,), (4,), (5, 6, 3), (2, 3, 3)),  # uneven, and unlike the value's
+        ((6,), (1,), (5, 1, 3), (5, 1, 3)),  # size 1, value broadcast along the batch
+        ((2, 3), (1, 2), (4, 2, 3, 3), (4, 2, 3, 3)),
+    ],
+)
+def test_mvn_dask_parameters(param, batch, chunks, vshape, vchunks):
+    rng = np.random.default_rng(12)
+    lazy, dist = _dask_params(rng, batch, 3, chunks, param)
+    assert lazy.batch_shape == dist.batch_shape
+    v = rng.standard_normal(vshape)
+    for value in (v, da.from_array(v, chunks=vchunks)):
+        assert_same(lazy.log_prob(value), dist.log_prob(v), 1e-10)
+        assert_same(lazy.prob(value), dist.prob(v), 1e-10)
+    assert_same(lazy.cdf(v, rng=1, abseps=1e-4), dist.cdf(v, rng=1, abseps=1e-4), 1e-3)
+    val, err = lazy.logcdf(v, rng=1, return_error=True)
+    assert_same(val, dist.logcdf(v, rng=1), 1e-3)
+    assert np.all(err.compute() >= 0)
+    assert_same(lazy.entropy(), dist.entropy(), 1e-10)
+    for prop in ("mean", "variance", "scale_tril", "covariance_matrix", "precision_matrix"):
+        assert_same(getattr(lazy, prop), getattr(dist, prop), 1e-9)
+    q = _dask_params(np.random.default_rng(13), batch[-1:], 3, chunks[-1:])
+    assert_same(xpops.distributions.kl_divergence(lazy, q[0]), dist.kl_divergence(q[1]), 1e-9)
+
+
+def test_mvn_dask_parameters_sample():
+    rng = np.random.default_rng(14)
+    lazy, dist = _dask_params(rng, (4,), 3, (3,))
+    draws = lazy.sample((20000,), rng=5, chunks=7000)
+    assert isinstance(draws, da.Array)
+    assert draws.chunks == ((7000, 7000, 6000), (3, 1), (3,))
+    got = draws.compute()
+    np.testing.assert_array_equal(got, lazy.sample((20000,), rng=5, chunks=7000).compute())
+    assert not np.array_equal(got, lazy.sample((20000,), rng=6, chunks=7000).compute())
+    cov = np.asarray(dist.covariance_matrix)
+    for b in range(4):
+        sd = np.sqrt(np.diag(cov[b]))
+        assert np.all(np.abs(got[:, b].mean(0) - np.asarray(dist.loc)[b]) < 5 * sd / np.sqrt(20000))
+        se = np.sqrt((cov[b] ** 2 + np.outer(np.diag(cov[b]), np.diag(cov[b]))) / 20000)
+        assert np.all(np.abs(np.cov(got[:, b].T) - cov[b]) < 6 * se)
+    assert lazy.rsample(rng=1).compute().shape == (4, 3)
+    with pytest.raises(TypeError, match="rng"):
+        lazy.sample((3,), rng=np.random.default_rng(0))
+
+
+def test_mvn_dask_parameters_errors():
+    rng = np.random.default_rng(15)
+    cov = np.broadcast_to(np.eye(3), (4, 3, 3)).copy()
+    cov[3] = -np.eye(3)  # not positive definite: found when its chunk is computed
+    lazy = MultivariateNormal(
+        da.zeros((4, 3), chunks=(2, 3)), covariance_matrix=da.from_array(cov, chunks=(2, 3, 3))
+    )
+    v = rng.standard_normal((4, 3))
+    with pytest.raises(ValueError, match="positive definite"):
+        lazy.log_prob(v).compute()
+    loc = da.from_array(np.array([[0.0, np.inf, 0.0]] * 4), chunks=(2, 3))
+    lazy = MultivariateNormal(loc, covariance_matrix=da.from_array(np.eye(3)))
+    with pytest.raises(ValueError, match="`loc` must be finite"):
+        lazy.log_prob(v).compute()
+    with pytest.raises(ValueError, match=r"rechunk"):
+        MultivariateNormal(da.zeros(3), covariance_matrix=da.from_array(np.eye(3), chunks=2))
+    with pytest.raises(ValueError, match="event shape"):
+        lazy.log_prob(np.zeros((4, 2)))
+    with pytest.raises(TypeError):
+        MultivariateNormal(np.zeros(3), covariance_matrix=da.from_array(np.eye(3)))
+
+
 # ---- sparse.divide --------------------------------------------------------------------------
 
 
@@ -385,6 +475,20 @@ def test_cupy_chunks_cholesky_solve_and_mvn(cupy_only):
     assert isinstance(first, cupy.ndarray)
     assert first.shape == (40, 3)
     assert cupy.array_equal(first, again)  # same seed and chunking, same draws
+    # Dask parameters with CuPy chunks: the fused kernels run chunk by chunk
+    gs = rng.standard_normal((6, 16, 16))
+    cov = cupy.asarray(gs @ np.swapaxes(gs, -1, -2) / 16 + np.eye(16))
+    loc = cupy.asarray(rng.standard_normal((6, 16)))
+    lazy = MultivariateNormal(
+        da.from_array(loc, chunks=(4, 16)), covariance_matrix=da.from_array(cov, chunks=(4, 16, 16))
+    )
+    dist = MultivariateNormal(loc, covariance_matrix=cov)
+    v = cupy.asarray(rng.standard_normal((100, 6, 16)))
+    assert_same_gpu(lazy.log_prob(da.from_array(v, chunks=(30, 3, 16))), dist.log_prob(v), 1e-10)
+    assert_same_gpu(lazy.entropy(), dist.entropy(), 1e-10)
+    draws = lazy.sample((1000,), rng=2, chunks=400).compute()
+    assert isinstance(draws, cupy.ndarray)
+    assert draws.shape == (1000, 6, 16)
 
 
 def test_cupy_chunks_sparse_divide(cupy_only):

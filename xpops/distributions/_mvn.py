@@ -183,14 +183,21 @@ class MultivariateNormal:
         self._dtype = dtype
         self._loc = xp.broadcast_to(loc, (*batch, self._d))
         self._given = (name, matrix)
+        self._linv_t: Array | None = None
+        self._fused: tuple[Array, Array, Array] | None = None  # CuPy kernels' parameter layout
+        self._dask = _compat.is_dask_array(matrix)
+        if self._dask:  # lazy: the factor and the checks run chunk by chunk
+            from .._dask import distributions as engine
+
+            lazy = engine.parameters(name, self._loc, matrix, batch, self._validate)
+            self._loc, self._tril = lazy
+            return
         if self._validate:
             if not _all(xp, xp.isfinite(loc)):
                 msg = f"`loc` must be finite, got shape {ls} with non-finite values"
                 raise ValueError(msg)
             self._check_matrix(name, matrix)
         self._tril = self._factor(name, matrix)  # L with L L^T = covariance, own batch shape
-        self._linv_t: Array | None = None
-        self._fused: tuple[Array, Array, Array] | None = None  # CuPy kernels' parameter layout
         if self._validate and name != "scale_tril":
             self._check_factor(name, matrix)
 
@@ -414,6 +421,8 @@ class MultivariateNormal:
     def log_prob(self, value: Any) -> Array:
         """Log density at `value`, shape ``broadcast(value.shape[:-1], batch_shape)``; a Dask
         `value` gives a lazy result computed chunk by chunk."""
+        if self._dask:
+            return self._dask_engine().method(self, value, "log_prob")
         if _compat.is_dask_array(value):
             return self._over_dask(value, "log_prob")
         xp = self._xp
@@ -438,6 +447,11 @@ class MultivariateNormal:
             z = solve_triangular(self._tril, diff[..., None], lower=True, xp=xp)[..., 0]
             maha = xp.sum(z * z, axis=-1)
         return -0.5 * (self._d * _LOG_2PI + maha) - self._half_log_det()
+
+    def _dask_engine(self) -> Any:
+        from .._dask import distributions as engine
+
+        return engine
 
     def _fused_kernels(self) -> Any:
         """The CuPy engine module when its fused kernels take this distribution, else None."""
@@ -490,6 +504,8 @@ class MultivariateNormal:
 
     def prob(self, value: Any) -> Array:
         """Density at `value` (lazy for a Dask `value`)."""
+        if self._dask:
+            return self._dask_engine().method(self, value, "prob")
         if _compat.is_dask_array(value):
             return self._over_dask(value, "prob")
         return self._xp.exp(self.log_prob(value))
@@ -525,6 +541,8 @@ class MultivariateNormal:
         """``loc + L eps``: shape ``shape + batch_shape + event_shape`` (differentiable in
         the parameters with PyTorch tensors)."""
         shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)  # type: ignore[arg-type]
+        if self._dask:
+            return self._sample_dask(shape, rng, None)
         xp = self._xp
         engine = self._fused_kernels()
         points = math.prod(shape) * math.prod(self._batch_shape)
@@ -550,7 +568,7 @@ class MultivariateNormal:
         draw from independent streams spawned from `rng` (None or an int seed): the same seed
         and chunking give the same draws (other chunkings give other draws).
         """
-        if chunks is not None:
+        if chunks is not None or self._dask:
             return self._sample_dask(shape, rng, chunks)
         return self.rsample(shape, rng=rng)
 
@@ -559,14 +577,15 @@ class MultivariateNormal:
 
         shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
         xp = self._xp
+        if self._dask:
+            _check_seed(rng, "with Dask parameters")
+            return self._dask_engine().sample(self, shape, rng, chunks)
         if not (_backend.is_numpy_namespace(xp) or _backend.is_cupy_namespace(xp)):
             msg = (
                 f"`chunks` needs NumPy or CuPy parameters (the chunks' library), got {xp.__name__}"
             )
             raise NotImplementedError(msg)
-        if rng is not None and (isinstance(rng, bool) or not isinstance(rng, numbers.Integral)):
-            msg = f"with `chunks`, `rng` must be None or an int seed, got {type(rng).__name__}"
-            raise TypeError(msg)
+        _check_seed(rng, "with `chunks`")
         sample_chunks = da.core.normalize_chunks(chunks, shape) if shape else ()
         tail = (*self._batch_shape, self._d)
         full_chunks = (*sample_chunks, *((n,) for n in tail))
@@ -655,7 +674,7 @@ class MultivariateNormal:
         ``(cdf, error_estimate)``. A Dask `value` gives lazy results, chunk by chunk.
         """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
-        if _compat.is_dask_array(value):
+        if self._dask or _compat.is_dask_array(value):
             return self._cdf_dask(value, lower_limit, options, log=False)
         return self._cdf(value, lower_limit, options, log=False)
 
@@ -675,7 +694,7 @@ class MultivariateNormal:
         of `cdf`, but `abseps`, `releps` and the error estimate apply to the log (so `abseps`
         bounds the relative error of the probability)."""
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
-        if _compat.is_dask_array(value):
+        if self._dask or _compat.is_dask_array(value):
             return self._cdf_dask(value, lower_limit, options, log=True)
         return self._cdf(value, lower_limit, options, log=True)
 
@@ -697,6 +716,9 @@ class MultivariateNormal:
         method = "logcdf" if log else "cdf"
         kw = dict(options)
         kw["lower_limit"] = lower_limit
+        if self._dask:
+            outputs = 2 if kw["return_error"] else 0
+            return self._dask_engine().method(self, value, method, outputs, **kw)
         return self._over_dask(value, method, out_axis=2 if kw["return_error"] else 0, **kw)
 
     def _cdf_options(
@@ -724,6 +746,12 @@ class MultivariateNormal:
             "rng": rng,
             "return_error": as_bool(return_error, "return_error"),
         }
+
+
+def _check_seed(rng: Any, where: str) -> None:
+    if rng is not None and (isinstance(rng, bool) or not isinstance(rng, numbers.Integral)):
+        msg = f"{where}, `rng` must be None or an int seed, got {type(rng).__name__}"
+        raise TypeError(msg)
 
 
 def _check_cupy_rng(rng: Any) -> None:
@@ -762,6 +790,8 @@ def kl_divergence(p: MultivariateNormal, q: MultivariateNormal) -> Array:
     except ValueError:
         msg = f"the batch shapes {p.batch_shape} and {q.batch_shape} do not broadcast"
         raise ValueError(msg) from None
+    if p._dask:
+        return p._dask_engine().kl_divergence(p, q, batch)
     xp = p._xp
     dtype = xp.result_type(p._dtype, q._dtype)
     lp, lq = xp.astype(p._tril, dtype), xp.astype(q._tril, dtype)
