@@ -6,7 +6,9 @@ The two workloads of issue 7: ``logcumsumexp`` along a long 1-D array, and
 gathered), and each configuration is timed as the median of a few runs after a warm-up. The
 in-memory xpops call on the same data in this process is the baseline. ``--gpu`` uses
 ``dask_cuda.LocalCUDACluster`` (one worker a GPU, CuPy chunks) instead of a CPU
-``distributed.LocalCluster`` (one single-threaded worker process a core).
+``distributed.LocalCluster`` (one single-threaded worker process a core). With more workers
+than GPUs (a one-GPU machine asked for two) the GPU workers are processes of a
+``distributed.LocalCluster`` that share the device, and the report says so.
 """
 
 import argparse
@@ -110,9 +112,15 @@ def run(args: argparse.Namespace) -> int:
         del local
         if args.gpu:  # the workers need the memory this process's pool keeps
             xp.get_default_memory_pool().free_all_blocks()
+    gpus = xp.cuda.runtime.getDeviceCount() if args.gpu else 0
     for workers in counts:
-        if args.gpu:
+        if args.gpu and workers <= gpus:
             cluster = LocalCUDACluster(n_workers=workers)
+        elif args.gpu:  # more workers than GPUs: worker processes share the device
+            print(f"{workers} workers on {gpus} GPU(s): a LocalCluster sharing the device(s)")
+            cluster = LocalCluster(
+                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+            )
         else:
             cluster = LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
