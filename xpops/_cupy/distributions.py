@@ -268,14 +268,27 @@ def log_prob(
     return out, flag
 
 
+def _mix64(z: int) -> int:
+    """SplitMix64's finalizer: a 64-bit hash that spreads nearby seeds apart."""
+    z = (z + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+_MASK64 = (1 << 64) - 1
+
+
 def _key(rng: object) -> tuple[int, int, cupy.ndarray | None]:
-    """The generator key: from an int seed or fresh entropy on the host, or drawn on the device
-    from a cupy.random.Generator (no synchronisation)."""
+    """The generator key: from an int seed (hashed on the host; a SeedSequence cost more
+    than the kernel) or fresh entropy, or drawn on the device from a cupy.random.Generator
+    (no synchronisation)."""
     if isinstance(rng, cupy.random.Generator):
         words = (rng.random(2) * 4294967296.0).astype(cupy.uint32)
         return 0, 0, words
-    k0, k1 = (int(w) for w in np.random.SeedSequence(rng).generate_state(2))  # type: ignore[arg-type]
-    return k0, k1, None
+    seed = int(np.random.SeedSequence().entropy if rng is None else rng)  # type: ignore[call-overload]
+    z = _mix64(seed & _MASK64) ^ _mix64((seed >> 64) & _MASK64)
+    return z & 0xFFFFFFFF, z >> 32, None
 
 
 def sample(
