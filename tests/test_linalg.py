@@ -638,15 +638,17 @@ def test_gpu_a_million_small_systems(cupy_only):
     assert np.isfinite(got).all()
 
 
-@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
-def test_gpu_one_large_system(cupy_only, dtype_name):
+@pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("m", [512, 1000, 1537])
+def test_gpu_one_large_system(cupy_only, dtype_name, upper, m):
     cupy = cupy_only
     rng = np.random.default_rng(16)
-    m, k = 1000, 64
-    factor, a, _ = make_factor(rng, (1,), m, dtype_name)
+    k = 64
+    factor, a, _ = make_factor(rng, (1,), m, dtype_name, upper)  # NaN in the unused triangle
     b = rng.standard_normal((1, m, k)).astype(dtype_name)
-    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor)).get()
-    x = got[0].astype(np.float64)
+    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor), upper=upper).get()
+    x = got[0].astype(np.complex128)
     resid = np.linalg.norm(a[0] @ x - b[0], 2)
     eps = np.finfo(np.dtype(dtype_name)).eps
     assert resid <= 4 * m * eps * np.linalg.norm(a[0], 2) * np.linalg.norm(x, 2)
