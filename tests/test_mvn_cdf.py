@@ -326,3 +326,271 @@ def test_mvn_singular_covariance():
     assert v == pytest.approx(0.25, rel=1e-14)
     v, _ = mvn_cdf([-inf, 0.5, -inf], [0.0, 1.0, 0.0], lf0, rng=0)
     assert v == 0.0
+
+
+# ---------------------------------------------------------------------------- CuPy engine
+# GPU tests: the `cupy_only` fixture skips them without a CUDA device. The kernels take
+# 3 <= D <= MAX_D (64); D = 1, 2 and larger D go through the NumPy engine.
+
+
+def _gpu(cupy, *arrays):
+    return tuple(cupy.asarray(np.asarray(a, dtype=np.float64)) for a in arrays)
+
+
+def _gpu_cdf(cupy, lo, up, lf, **kw):
+    from xpops._cupy.mvn_cdf import mvn_cdf as gpu_mvn_cdf
+
+    v, e = gpu_mvn_cdf(*_gpu(cupy, lo, up, lf), **kw)
+    assert isinstance(v, cupy.ndarray)
+    assert v.dtype == e.dtype == np.float64
+    return v.get(), e.get()
+
+
+@pytest.mark.parametrize("d", [3, 5, 10])
+@pytest.mark.parametrize("log", [False, True])
+def test_gpu_matches_numpy_engine(cupy_only, d, log):
+    rng = np.random.default_rng(20 + d)
+    probs = [_random_problem(rng, d) for _ in range(40)]
+    lf = np.linalg.cholesky(np.stack([p[0] for p in probs]))
+    lo = np.stack([p[1] for p in probs])
+    up = np.stack([p[2] for p in probs])
+    lo[::4] = -inf
+    eps = 1e-3 if log else 1e-5
+    vn, en = mvn_cdf(lo, up, lf, abseps=eps, rng=7, log=log)
+    vg, eg = _gpu_cdf(cupy_only, lo, up, lf, abseps=eps, rng=7, log=log)
+    # one seed draws the same shifts on both engines: the same value up to rounding, except
+    # where rounding changes the variable order or the round a problem stops at
+    close = np.abs(vg - vn) <= 1e-10 * np.maximum(1.0, np.abs(vn))
+    assert close.mean() >= 0.9
+    np.testing.assert_array_less(np.abs(vg - vn), eg + en + 1e-12)
+    np.testing.assert_array_less(eg, eps)
+
+
+def test_gpu_against_scipy(cupy_only):
+    for d, with_lower in ((3, True), (10, False), (10, True)):
+        rng = np.random.default_rng(10 + d)
+        cov, lo, up = _random_problem(rng, d)
+        if not with_lower:
+            lo = np.full(d, -inf)
+        ref = stats.multivariate_normal.cdf(
+            up,
+            np.zeros(d),
+            cov,
+            lower_limit=lo,
+            abseps=1e-7,
+            releps=0,
+            maxpts=2_000_000,
+            rng=np.random.default_rng(5),
+        )
+        v, e = _gpu_cdf(cupy_only, lo, up, np.linalg.cholesky(cov), abseps=1e-6, rng=4)
+        assert e <= 1e-6
+        assert abs(v - ref) <= 2e-6
+
+
+@pytest.mark.parametrize("d", [3, 10, 64, 65])
+def test_gpu_equicorrelated_orthant(cupy_only, d):
+    # 64 is the kernels' largest D; 65 runs on the NumPy engine (a seed taken from the
+    # cupy Generator)
+    cov = np.full((d, d), 0.5) + 0.5 * np.eye(d)
+    lf = np.linalg.cholesky(cov)
+    eps = 1e-5 if d <= 10 else 1e-4
+    gen = cupy_only.random.default_rng(0)
+    v, e = _gpu_cdf(cupy_only, np.full(d, -inf), np.zeros(d), lf, abseps=eps, rng=gen)
+    assert abs(v - 1 / (d + 1)) <= max(1.5 * e, eps)
+    assert e <= eps
+    lv, le = _gpu_cdf(
+        cupy_only,
+        np.full(d, -inf),
+        np.zeros(d),
+        lf,
+        abseps=1e-3 if d <= 10 else 1e-2,
+        rng=1,
+        log=True,
+    )
+    assert abs(lv + math.log(d + 1)) <= max(1.5 * le, 1e-3)
+
+
+def test_gpu_diagonal_is_product(cupy_only):
+    rng = np.random.default_rng(3)
+    d = 6
+    sd = rng.uniform(0.5, 2, d)
+    lo = rng.normal(size=(4, d))
+    up = lo + rng.exponential(1, size=(4, d))
+    lo[0, :3] = -inf
+    up[1, 2:] = inf
+    v, e = _gpu_cdf(cupy_only, lo, up, np.diag(sd), rng=1)
+    np.testing.assert_allclose(v, np.prod(norm_cdf(lo / sd, up / sd), -1), rtol=1e-13)
+    np.testing.assert_array_less(e, 1e-12)
+    lv, _ = _gpu_cdf(cupy_only, lo, up, np.diag(sd), rng=1, log=True)
+    np.testing.assert_allclose(lv, np.sum(log_norm_cdf(lo / sd, up / sd), -1), rtol=1e-13)
+
+
+def test_gpu_log_far_tail(cupy_only):
+    v, _ = _gpu_cdf(cupy_only, np.full(5, -inf), np.full(5, -10.0), np.eye(5), log=True, rng=0)
+    assert np.isfinite(v)
+    assert v == pytest.approx(5 * special.log_ndtr(-10.0), rel=1e-8)
+    v, _ = _gpu_cdf(cupy_only, np.full(5, -inf), np.full(5, -40.0), np.eye(5), log=True, rng=0)
+    assert v == pytest.approx(5 * special.log_ndtr(-40.0), rel=1e-12)
+    cov = np.array([[1.0, 0.6, 0.0], [0.6, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    v, _ = _gpu_cdf(
+        cupy_only,
+        [-inf, -inf, -inf],
+        [-20.0, -20.0, inf],
+        np.linalg.cholesky(cov),
+        log=True,
+        rng=0,
+    )
+    assert v == pytest.approx(log_bvn_cdf([-inf, -inf], [-20.0, -20.0], 0.6), rel=1e-6)
+    v, _ = _gpu_cdf(cupy_only, [-inf] * 3, [-10.0] * 3, np.linalg.cholesky(cov), rng=0)
+    assert v == 0.0 or v < 1e-40  # the linear value underflows where the log does not
+
+
+def test_gpu_error_covers(cupy_only):
+    rng = np.random.default_rng(7)
+    d = 4
+    cov, lo, up = _random_problem(rng, d)
+    lf = np.linalg.cholesky(cov)
+    ref, ref_e = mvn_cdf(lo, up, lf, abseps=1e-9, rng=123)
+    assert ref_e < 1e-8
+    hits = 0
+    for seed in range(40):
+        v, e = _gpu_cdf(cupy_only, lo, up, lf, abseps=0.0, maxpts=500, rng=seed)
+        hits += abs(v - ref) <= e
+    assert hits >= 38
+
+
+def test_gpu_determinism_and_rng(cupy_only):
+    cupy = cupy_only
+    rng = np.random.default_rng(8)
+    d = 5
+    cov, lo, up = _random_problem(rng, d)
+    lf = np.linalg.cholesky(cov)
+    for log in (False, True):
+        first = _gpu_cdf(cupy, lo, up, lf, abseps=0.0, releps=1e-5, rng=3, log=log)
+        assert _gpu_cdf(cupy, lo, up, lf, abseps=0.0, releps=1e-5, rng=3, log=log) == first
+        g1 = _gpu_cdf(cupy, lo, up, lf, releps=1e-5, rng=cupy.random.default_rng(3), log=log)
+        g2 = _gpu_cdf(cupy, lo, up, lf, releps=1e-5, rng=cupy.random.default_rng(3), log=log)
+        assert g1 == g2
+        assert abs(g1[0] - first[0]) <= g1[1] + first[1]
+    with pytest.raises(TypeError, match="rng"):
+        _gpu_cdf(cupy, lo, up, lf, rng="seed")
+
+
+def test_gpu_batch_broadcast(cupy_only):
+    rng = np.random.default_rng(9)
+    d = 4
+    covs = [_random_problem(rng, d)[0] for _ in range(3)]
+    lf = np.linalg.cholesky(np.stack(covs))  # (3, d, d)
+    up = rng.normal(size=(2, 1, d)) + 1.0
+    lo = np.full(d, -inf)
+    v, e = _gpu_cdf(cupy_only, lo, up, lf, abseps=1e-5, rng=0)
+    assert v.shape == e.shape == (2, 3)
+    for i in range(2):
+        for j in range(3):
+            vi, ei = _gpu_cdf(cupy_only, lo, up[i, 0], lf[j], abseps=1e-5, rng=1)
+            assert vi.shape == ()
+            assert abs(v[i, j] - vi) <= e[i, j] + ei
+
+
+def test_gpu_nan_empty_and_edges(cupy_only):
+    lf = np.linalg.cholesky(np.full((3, 3), 0.3) + 0.7 * np.eye(3))
+    lo = np.array([[0.0, -1.0, -1.0], [np.nan, -1.0, -1.0], [-inf] * 3, [-1.0] * 3, [1.0] * 3])
+    up = np.array([[0.0, 1.0, 1.0], [0.0, 1.0, 1.0], [inf] * 3, [1.0] * 3, [-inf] * 3])
+    for log in (False, True):
+        v, e = _gpu_cdf(cupy_only, lo, up, lf, rng=0, log=log)
+        vn, _ = mvn_cdf(lo, up, lf, rng=0, log=log)
+        assert v[0] == (-inf if log else 0.0)
+        assert e[0] == 0.0
+        assert np.isnan(v[1])
+        assert np.isnan(e[1])
+        assert v[2] == pytest.approx(0.0 if log else 1.0, abs=1e-15)
+        assert abs(v[3] - vn[3]) <= 1e-5
+        assert v[4] == (-inf if log else 0.0)
+    v, e = _gpu_cdf(cupy_only, np.zeros((0, 3)), np.zeros((0, 3)), lf, rng=0)
+    assert v.shape == e.shape == (0,)
+    # D = 0, 1, 2: exact / deterministic paths
+    v, e = _gpu_cdf(cupy_only, np.zeros((2, 0)), np.zeros((2, 0)), np.zeros((0, 0)))
+    np.testing.assert_array_equal(v, [1.0, 1.0])
+    v, e = _gpu_cdf(cupy_only, [-1.0], [2.0], [[2.0]], rng=cupy_only.random.default_rng(0))
+    assert v == pytest.approx(norm_cdf(-0.5, 1.0), rel=1e-15)
+    lf2 = np.linalg.cholesky([[4.0, 1.2], [1.2, 1.0]])
+    v, e = _gpu_cdf(cupy_only, [-1.0, -inf], [1.0, 0.5], lf2, rng=0)
+    assert v == pytest.approx(bvn_cdf([-0.5, -inf], [0.5, 0.5], 0.6), rel=1e-15)
+
+
+def test_gpu_singular_covariance(cupy_only):
+    cov = np.array([[1.0, 0.5, 1.0], [0.5, 1.0, 0.5], [1.0, 0.5, 1.0]])
+    lf = np.array([[1.0, 0.0, 0.0], [0.5, math.sqrt(0.75), 0.0], [1.0, 0.0, 0.0]])
+    np.testing.assert_allclose(lf @ lf.T, cov)
+    v, _ = _gpu_cdf(cupy_only, np.full(3, -inf), [0.0, 0.0, 1.0], lf, abseps=1e-6, rng=0)
+    assert abs(v - (0.25 + math.asin(0.5) / (2 * math.pi))) <= 1e-6
+    v, _ = _gpu_cdf(cupy_only, np.full(3, -inf), [0.0, 0.0, -1.0], lf, abseps=1e-6, rng=0)
+    assert abs(v - bvn_cdf([-inf, -inf], [-1.0, 0.0], 0.5)) <= 1e-6
+    lv, _ = _gpu_cdf(cupy_only, np.full(3, -inf), [0.0, 0.0, -1.0], lf, rng=0, log=True)
+    assert abs(lv - log_bvn_cdf([-inf, -inf], [-1.0, 0.0], 0.5)) <= 1e-4
+    lf0 = np.diag([1.0, 0.0, 1.0])
+    v, _ = _gpu_cdf(cupy_only, [-inf, -1.0, -inf], [0.0, 1.0, 0.0], lf0, rng=0)
+    assert v == pytest.approx(0.25, rel=1e-14)
+    v, _ = _gpu_cdf(cupy_only, [-inf, 0.5, -inf], [0.0, 1.0, 0.0], lf0, rng=0)
+    assert v == 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gpu_distribution_cdf(cupy_only, dtype):
+    """MultivariateNormal.cdf / logcdf of CuPy arrays: on the GPU, dtype and batch kept."""
+    from xpops.distributions import MultivariateNormal
+
+    cupy = cupy_only
+    rng = np.random.default_rng(12)
+    d = 6
+    g = rng.normal(size=(3, d, d))
+    cov = g @ np.swapaxes(g, -1, -2) / d + np.eye(d)
+    loc = rng.normal(size=(3, d))
+    value = loc + rng.normal(size=(2, 1, d))
+    lower = loc - 2.0
+    dist_np = MultivariateNormal(loc, covariance_matrix=cov)
+    dist = MultivariateNormal(
+        cupy.asarray(loc, dtype=dtype), covariance_matrix=cupy.asarray(cov, dtype=dtype)
+    )
+    val = cupy.asarray(value, dtype=dtype)
+    for method in ("cdf", "logcdf"):
+        got, err = getattr(dist, method)(
+            val,
+            lower_limit=cupy.asarray(lower, dtype=dtype),
+            abseps=1e-4,
+            rng=0,
+            return_error=True,
+        )
+        assert isinstance(got, cupy.ndarray)
+        assert got.dtype == err.dtype == np.dtype(dtype)
+        assert got.shape == err.shape == (2, 3)
+        assert got.device == dist.loc.device
+        want = getattr(dist_np, method)(
+            value.astype(dtype).astype(np.float64), lower_limit=lower, abseps=1e-5, rng=0
+        )
+        tol = 3e-4 if dtype == "float32" else 1.5e-4
+        np.testing.assert_allclose(got.get(), want, atol=tol, rtol=tol)
+        again = getattr(dist, method)(val, lower_limit=cupy.asarray(lower, dtype=dtype), rng=0)
+        assert again.shape == (2, 3)
+    with pytest.raises(TypeError, match=r"cupy\.random\.Generator"):
+        dist.cdf(val, rng=np.random.default_rng(0))
+    got = dist.cdf(val, rng=cupy.random.default_rng(1))
+    assert isinstance(got, cupy.ndarray)
+    # D = 1 (exact) and D = 2 (deterministic) through the NumPy engine
+    one = MultivariateNormal(cupy.zeros(1), covariance_matrix=cupy.eye(1))
+    assert float(one.logcdf(cupy.asarray([-40.0]))) == pytest.approx(-804.6084420137538)
+
+
+def test_gpu_dask_value_with_cupy_chunks(cupy_only):
+    da = pytest.importorskip("dask.array")
+    from xpops.distributions import MultivariateNormal
+
+    cupy = cupy_only
+    rng = np.random.default_rng(13)
+    cov, _, _ = _random_problem(rng, 4)
+    dist = MultivariateNormal(cupy.zeros(4), covariance_matrix=cupy.asarray(cov))
+    v = cupy.asarray(rng.normal(size=(40, 4)))
+    got = dist.cdf(da.from_array(v, chunks=(16, 4)), abseps=1e-4, rng=1).compute()
+    assert isinstance(got, cupy.ndarray)
+    want = dist.cdf(v, abseps=1e-4, rng=1)
+    np.testing.assert_allclose(got.get(), want.get(), atol=2e-4)

@@ -148,9 +148,57 @@ def _cupy_density_cases() -> list[Case]:
     return out
 
 
+CUPY_CDF_CASES = [(1000, 10, 1e-4)]  # (problems, D, abseps)
+CUPY_CDF_SCIPY_PROBLEMS = 10  # SciPy (about 7 ms a problem) is timed on this many of them
+
+
+def _cupy_cdf_cases() -> list[Case]:
+    """cdf on the GPU against SciPy on a few of the problems (scale its time by problems) and
+    the NumPy engine (CPU) on all of them."""
+    import cupy
+    import numpy as np
+    import scipy.stats
+
+    from ..distributions import MultivariateNormal
+
+    out = []
+    rng = np.random.default_rng(0)
+    for problems, d, abseps in CUPY_CDF_CASES:
+        covs = np.stack([_covariance(rng, d) for _ in range(problems)])
+        upper = rng.standard_normal((problems, d))
+        dist = MultivariateNormal(cupy.zeros(d), covariance_matrix=cupy.asarray(covs))
+        dist_np = MultivariateNormal(np.zeros(d), covariance_matrix=covs)
+        k = CUPY_CDF_SCIPY_PROBLEMS
+
+        def scipy_cdf(covs: Any = covs[:k], upper: Any = upper[:k], eps: float = abseps) -> Any:
+            return [
+                scipy.stats.multivariate_normal(np.zeros(len(u)), c, abseps=eps, releps=0).cdf(
+                    u, rng=np.random.default_rng(0)
+                )
+                for c, u in zip(covs, upper, strict=True)
+            ]
+
+        out.append(
+            Case(
+                op="MultivariateNormal.cdf",
+                label=f"{problems} problems, D={d}, abseps={abseps:g}",
+                nbytes=upper.nbytes,
+                bandwidth="copy",
+                run=functools.partial(dist.cdf, cupy.asarray(upper), abseps=abseps, rng=0),
+                peers={
+                    f"scipy cdf ({k} of the {problems} problems)": scipy_cdf,
+                    "xpops NumPy engine (CPU)": functools.partial(
+                        dist_np.cdf, upper, abseps=abseps, rng=0
+                    ),
+                },
+            )
+        )
+    return out
+
+
 def cases(backend: str) -> list[Case]:
     if backend == "cupy":
-        return _cupy_density_cases()
+        return _cupy_density_cases() + _cupy_cdf_cases()
     import numpy as np
     import scipy.stats
 

@@ -101,10 +101,11 @@ class MultivariateNormal:
     The other parametrizations are computed lazily on first access.
 
     ``cdf`` and ``logcdf``: D = 1 exactly (``ndtr``, ``log_ndtr``), D = 2 by a deterministic
-    bivariate-normal algorithm, D >= 3 by Genz's randomized quasi-Monte-Carlo method; computed
-    with NumPy on the CPU (arrays of other libraries on the CPU are read in place and the
-    result returned in their library); arrays on a GPU raise ``NotImplementedError`` in this
-    version.
+    bivariate-normal algorithm, D >= 3 by Genz's randomized quasi-Monte-Carlo method. NumPy
+    computes it on the CPU (CPU arrays of other libraries are read in place and the result is
+    returned in their library); CuPy arrays are computed on their GPU by CUDA kernels (3 <= D
+    <= 64; D = 1, 2 and D > 64 through the NumPy engine, copied to the host and back), with
+    the same accuracy semantics; GPU arrays of other libraries raise ``NotImplementedError``.
 
     Examples
     --------
@@ -609,14 +610,35 @@ class MultivariateNormal:
 
     # ---- CDF ------------------------------------------------------------------------------
 
+    def _cdf_cupy(self, value: Any, lower_limit: Any, options: dict[str, Any], log: bool) -> Any:
+        """cdf/logcdf of CuPy arrays: computed on their GPU (xpops._cupy.mvn_cdf)."""
+        from .._cupy import mvn_cdf as engine
+
+        xp = self._xp
+        return_error = options.pop("return_error")
+        upper = self._value(value, "value", allow_inf=True)
+        batch = _batch(upper.shape[:-1], self._batch_shape)
+        if lower_limit is not None:
+            lower = self._value(lower_limit, "lower_limit", allow_inf=True)
+            batch = _batch(batch, lower.shape[:-1])
+        with self._tril.device:  # the engine computes in float64 on the parameters' GPU
+            loc = xp.astype(self._loc, xp.float64)
+            b = xp.astype(upper, xp.float64) - loc
+            a = xp.full_like(b, -math.inf) if lower_limit is None else lower - loc
+            out, err = engine.mvn_cdf(a, b, self._tril, log=log, **options)
+            result = tuple(xp.astype(xp.reshape(r, batch), self._dtype) for r in (out, err))
+        return result if return_error else result[0]
+
     def _cdf(self, value: Any, lower_limit: Any, options: dict[str, Any], log: bool) -> Any:
         xp = self._xp
+        if _backend.is_cupy_namespace(xp):
+            return self._cdf_cupy(value, lower_limit, options, log)
         device = _compat.device(self._tril)
         numpy = _backend.is_numpy_namespace(xp)
         if not numpy and "cpu" not in str(device).lower():
             msg = (
-                "cdf and logcdf run on the CPU (NumPy, or other namespaces' CPU arrays) in this "
-                f"version, got {xp.__name__} arrays on {device}"
+                "cdf and logcdf run on the CPU or, for CuPy arrays, on the GPU in this version, "
+                f"got {xp.__name__} arrays on {device}"
             )
             raise NotImplementedError(msg)
         from .._numpy import mvn_cdf
@@ -669,9 +691,10 @@ class MultivariateNormal:
         D = 1 and 2 are deterministic (D = 1 exact, reported error 0; D = 2 accurate to about
         1e-14, reported error 1e-14); D >= 3 uses Genz's randomized quasi-Monte-Carlo method,
         stopping when its error estimate is within ``max(abseps, releps * |cdf|)`` or after
-        `maxpts` points (default ``1_000_000 * D``); the same `rng` (None, an int seed or a
-        ``numpy.random.Generator``) gives the same result. `return_error` returns
-        ``(cdf, error_estimate)``. A Dask `value` gives lazy results, chunk by chunk.
+        `maxpts` points (default ``1_000_000 * D``); the same `rng` (None, an int seed, or a
+        ``numpy.random.Generator`` for CPU arrays and a ``cupy.random.Generator`` for CuPy
+        arrays) gives the same result. CuPy arrays are computed on their GPU. `return_error`
+        returns ``(cdf, error_estimate)``. A Dask `value` gives lazy results, chunk by chunk.
         """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         if self._dask or _compat.is_dask_array(value):
@@ -710,7 +733,7 @@ class MultivariateNormal:
                 f"{tuple(getattr(lower_limit, 'shape', ()))}"
             )
             raise NotImplementedError(msg)
-        if isinstance(options.get("rng"), np.random.Generator):
+        if options.get("rng") is not None and not isinstance(options["rng"], numbers.Integral):
             msg = "with a Dask `value`, `rng` must be None or an int seed (one per chunk)"
             raise TypeError(msg)
         method = "logcdf" if log else "cdf"
@@ -733,7 +756,16 @@ class MultivariateNormal:
         ):
             msg = f"`maxpts` must be a positive integer or None, got {maxpts!r}"
             raise ValueError(msg)
-        if rng is not None and not isinstance(rng, numbers.Integral | np.random.Generator):
+        if _backend.is_cupy_namespace(self._xp):
+            import cupy
+
+            if rng is not None and not isinstance(rng, numbers.Integral | cupy.random.Generator):
+                msg = (
+                    "`rng` must be None, an int seed or a cupy.random.Generator for CuPy, got "
+                    f"{type(rng)}"
+                )
+                raise TypeError(msg)
+        elif rng is not None and not isinstance(rng, numbers.Integral | np.random.Generator):
             msg = f"`rng` must be None, an int seed or a numpy.random.Generator, got {type(rng)}"
             raise TypeError(msg)
         if self._d >= 3 and abseps == 0 and releps == 0 and maxpts is None:
