@@ -314,6 +314,8 @@ def test_sample_reproducible_and_rsample_equal(xp):
         with pytest.raises(TypeError, match="rng"):
             dist.sample(4, rng="seed")
     assert not np.array_equal(a, to_numpy(dist.sample((4,), rng=4)))
+    with pytest.raises(ValueError, match="negative"):
+        dist.sample((4,), rng=-1)
 
 
 def test_rng_of_the_wrong_backend():

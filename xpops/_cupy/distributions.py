@@ -116,7 +116,7 @@ __device__ __forceinline__ uint4 philox(uint4 c, uint2 k) {
     return c;
 }
 
-// Box-Muller: a pair of standard normals from u1 in (0, 1] and u2 in [0, 1).
+// Box-Muller: a pair of standard normals from u1 in (0, 1] and u2 in [0, 1] (periodic in u2).
 __device__ __forceinline__ void box_muller(float u1, float u2, float& a, float& b) {
     const float r = sqrtf(-2.0f * logf(u1));
     float s, c;
@@ -287,7 +287,15 @@ def _key(rng: object) -> tuple[int, int, cupy.ndarray | None]:
         words = (rng.random(2) * 4294967296.0).astype(cupy.uint32)
         return 0, 0, words
     seed = int(np.random.SeedSequence().entropy if rng is None else rng)  # type: ignore[call-overload]
-    z = _mix64(seed & _MASK64) ^ _mix64((seed >> 64) & _MASK64)
+    if seed < 0:
+        msg = f"`rng` as a seed must be non-negative, got {seed}"
+        raise ValueError(msg)
+    z = 0
+    while True:  # 64 bits at a time, chained (an XOR of halves would swap-collide)
+        z = _mix64(z ^ (seed & _MASK64))
+        seed >>= 64
+        if not seed:
+            break
     return z & 0xFFFFFFFF, z >> 32, None
 
 

@@ -14,7 +14,8 @@ inverse-variance weights, the error 3.5 standard errors. Three kernels, all in f
   where the probabilities are normal numbers, else ``log_ndtr`` through ``erfcx`` and its
   inverse ``ndtri_exp``) and the block reduces them in a fixed order, to a
   sum, or for ``log=True`` to a ``(max, sum of exp(f - max))`` pair so that far tails stay
-  finite. No atomics: a call gives the same result every time.
+  finite. No atomics: a call repeated on the same GPU gives the same result (the chunking, so
+  the order of summation, follows the number of multiprocessors and of active problems).
 * ``round``: a thread per active problem folds the chunk partials into the ``_NSHIFTS`` shift
   means, updates the combined estimate and variance, writes value and error, and flags the
   problem done when it meets its tolerance (or the next round would pass `maxpts`).
@@ -38,7 +39,8 @@ import numpy as np
 from .._numpy import mvn_cdf as _np_mvn
 
 # The largest D the kernels take (shared memory holds the packed factor, 16.6 KB at D = 64,
-# and each thread a y[] of MAX_D doubles in local memory); larger D runs on the NumPy engine.
+# and each thread a y[] of the compiled capacity's doubles in local memory); larger D runs on
+# the NumPy engine.
 MAX_D = 64
 _DMAX_STEPS = (16, 32, 64)  # compiled capacities: the smallest one >= D is used
 # Threads a block of the sample kernel. Measured on an H200 (no H100 was free), 1000 problems,
@@ -71,6 +73,9 @@ __device__ __forceinline__ double pos_inf() {
 }
 __device__ __forceinline__ double qnan() {
     return cuda::std::numeric_limits<double>::quiet_NaN();
+}
+__device__ __forceinline__ double nan_max(double a, double b) {  // NaN wins (fmax drops it)
+    return isnan(a) ? a : (isnan(b) ? b : fmax(a, b));
 }
 __device__ __forceinline__ double clip(double x, double lo, double hi) {  // NaN stays NaN
     return x < lo ? lo : (x > hi ? hi : x);
@@ -130,7 +135,7 @@ __device__ double log_interval_prob(double a, double b) {
     double out;
     if (hi <= -1.0) {
         const double lhi = log_ndtr(hi);
-        out = lhi + log1mexp(log_ndtr(lo) - lhi);
+        out = lhi + log1mexp(fmin(log_ndtr(lo) - lhi, 0.0));  // rounding may make it > 0
     } else {
         out = log(0.5 * (erf(hi * SQRT1_2) - erf(lo * SQRT1_2)));
     }
@@ -280,7 +285,7 @@ __device__ double integrand(unsigned long long k, unsigned long long n,
                 if (!last) yv = normcdfinv(clip(t, 0.0, 1.0));
             } else {
                 const double lpl = log_ndtr(lo), lph = log_ndtr(hi);
-                const double le = lph + log1mexp(lpl - lph);
+                const double le = lph + log1mexp(fmin(lpl - lph, 0.0));
                 acc += le;
                 if (!last && acc > -pos_inf()) {
                     const double tl = logaddexp(lpl, log(u) + le);
@@ -436,7 +441,7 @@ __global__ void xpops_mvn_cdf_round(const double* __restrict__ part, long long n
             const long long base = (ia * NS + j) * nchunks;
             if (LOG) {
                 double m = -pos_inf();
-                for (long long q = 0; q < nchunks; ++q) m = fmax(m, part[2 * (base + q)]);
+                for (long long q = 0; q < nchunks; ++q) m = nan_max(m, part[2 * (base + q)]);
                 double s = 0.0;
                 if (m > -pos_inf())
                     for (long long q = 0; q < nchunks; ++q)
@@ -452,7 +457,7 @@ __global__ void xpops_mvn_cdf_round(const double* __restrict__ part, long long n
         if (LOG) {
             if (first) {
                 double m = -pos_inf();
-                for (int j = 0; j < NS; ++j) m = fmax(m, means[j]);
+                for (int j = 0; j < NS; ++j) m = nan_max(m, means[j]);
                 double lse = m;
                 if (m > -pos_inf()) {
                     double s = 0.0;

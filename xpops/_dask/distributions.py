@@ -135,11 +135,13 @@ def method(dist: Any, value: Any, name: str, outputs: int = 0, **kw: Any) -> Any
 
 
 def _normals_block(
-    loc: Any, seeds: Any, shape_blocks: tuple[int, ...], block_info: Any = None
+    loc: Any, entropy: int, shape_blocks: tuple[int, ...], block_info: Any = None
 ) -> Any:
     info = block_info[None]
     where, size = info["chunk-location"], info["chunk-shape"]
-    child = seeds[int(np.ravel_multi_index(where[:-1], shape_blocks))]
+    # the block's own child of SeedSequence(entropy): only the entropy travels with the task
+    index = int(np.ravel_multi_index(where[:-1], shape_blocks)) if shape_blocks else 0
+    child = np.random.SeedSequence(entropy, spawn_key=(index,))
     seed = int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
     lib = _lib(loc)
     if lib is np:
@@ -165,12 +167,12 @@ def sample(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any) -> Any:
     tril = da.broadcast_to(dist._tril, (*batch, d, d)).rechunk((*loc.chunks, (d,)))
     full = (*sample_chunks, *loc.chunks)
     blocks = tuple(len(c) for c in full[:-1])
-    seeds = np.random.SeedSequence(None if rng is None else int(rng)).spawn(math.prod(blocks))
+    entropy = np.random.SeedSequence(None if rng is None else int(rng)).entropy
     meta = loc._meta
     eps = da.map_blocks(
         _normals_block,
         da.broadcast_to(loc, tuple(sum(c) for c in full), chunks=full),
-        seeds=seeds,
+        entropy=entropy,
         shape_blocks=blocks,
         dtype=dist._dtype,
         meta=meta,

@@ -83,7 +83,7 @@ def log_norm_cdf(a, b):
     tail = hi <= -1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         lhi = special.log_ndtr(hi)
-        tails = lhi + _log1mexp(special.log_ndtr(lo) - lhi)
+        tails = lhi + _log1mexp(np.minimum(special.log_ndtr(lo) - lhi, 0.0))
         central = np.log(0.5 * (special.erf(hi * _SQRT1_2) - special.erf(lo * _SQRT1_2)))
     out = np.where(tail, tails, central)
     out = np.where(
@@ -500,7 +500,7 @@ def _sample(a, b, c, deg, w, log):
             if log:
                 lpl = special.log_ndtr(lo)
                 lph = special.log_ndtr(hi)
-                le = lph + _log1mexp(lpl - lph)
+                le = lph + _log1mexp(np.minimum(lpl - lph, 0.0))  # rounding may give > 0
                 if any_deg:
                     ind = (a[:, i, None] < s) & (s <= b[:, i, None])
                     le = np.where(deg[:, i, None], np.where(ind, 0.0, -np.inf), le)

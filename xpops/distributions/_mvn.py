@@ -591,12 +591,13 @@ class MultivariateNormal:
         tail = (*self._batch_shape, self._d)
         full_chunks = (*sample_chunks, *((n,) for n in tail))
         blocks = [len(c) for c in sample_chunks]
-        seeds = np.random.SeedSequence(None if rng is None else int(rng)).spawn(math.prod(blocks))
+        entropy = np.random.SeedSequence(None if rng is None else int(rng)).entropy
         sampler = copy.copy(self)
 
         def draw(block_info: Any = None) -> Any:
             where = block_info[None]["chunk-location"][: len(blocks)]
-            child = seeds[int(np.ravel_multi_index(where, blocks)) if blocks else 0]
+            index = int(np.ravel_multi_index(where, blocks)) if blocks else 0
+            child = np.random.SeedSequence(entropy, spawn_key=(index,))  # not a list per task
             size = block_info[None]["chunk-shape"][: len(blocks)]
             seed = int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
             return sampler.rsample(tuple(size), rng=seed)
