@@ -389,11 +389,20 @@ def test_distributed_local_cluster():
         )
         lp = d.log_prob(da.from_array(v, chunks=(9, 3)))
         tri = xpops.triu_indices(30, 20, 2, xp=da, chunks=50)
-        got = dask.compute(lcse, solve, lp, tri)
+        lazy, dist = _dask_params(rng, (6,), 3, (4,))  # Dask parameters
+        vb = rng.standard_normal((10, 6, 3))
+        lp_params = lazy.log_prob(da.from_array(vb, chunks=(5, 3, 3)))
+        draws = lazy.sample((50,), rng=4, chunks=20)
+        got = dask.compute(lcse, solve, lp, tri, lp_params, draws)
+        again = draws.compute()
     np.testing.assert_allclose(got[0], xpops.logcumsumexp(x, axis=1, reverse=True), rtol=1e-12)
     np.testing.assert_allclose(got[1], xpops.linalg.cholesky_solve(b, low), rtol=1e-12)
     np.testing.assert_allclose(got[2], d.log_prob(v), rtol=1e-12)
     np.testing.assert_array_equal(got[3], np.stack(np.triu_indices(30, 2, 20)))
+    np.testing.assert_allclose(got[4], dist.log_prob(vb), rtol=1e-10)
+    assert got[5].shape == (50, 6, 3)
+    np.testing.assert_array_equal(got[5], again)  # same seed and chunking on the cluster
+    np.testing.assert_array_equal(got[5], draws.compute(scheduler="synchronous"))
 
 
 def test_mvn_sample_in_chunks():
