@@ -100,6 +100,13 @@ class MultivariateNormal:
     triangular solve of :func:`xpops.linalg.cholesky_solve`, ``sample`` is ``loc + L eps``.
     The other parametrizations are computed lazily on first access.
 
+    On CuPy, ``log_prob``/``prob`` and ``sample``/``rsample`` run fused kernels for
+    D <= 32 (float32, float64): one pass over the points, the normals drawn in the kernel.
+
+    Dask: a Dask `value` gives lazy results chunk by chunk; Dask parameters (`loc` and the
+    matrix both Dask arrays, chunked along batch dimensions, the last dimensions one chunk)
+    make every method lazy, the factor computed and checked chunk by chunk.
+
     ``cdf`` and ``logcdf``: D = 1 exactly (``ndtr``, ``log_ndtr``), D = 2 by a deterministic
     bivariate-normal algorithm, D >= 3 by Genz's randomized quasi-Monte-Carlo method. NumPy
     computes it on the CPU (CPU arrays of other libraries are read in place and the result is
