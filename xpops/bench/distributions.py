@@ -25,6 +25,19 @@ def _covariance(rng: Any, d: int) -> Any:
     return g @ g.T / d + np.eye(d)
 
 
+def _scipy_cdf(covs: Any, upper: Any, abseps: float) -> list[Any]:
+    """SciPy's cdf of each problem (zero mean, upper bounds), one call a problem."""
+    import numpy as np
+    import scipy.stats
+
+    return [
+        scipy.stats.multivariate_normal(np.zeros(len(u)), c, abseps=abseps, releps=0).cdf(
+            u, rng=np.random.default_rng(0)
+        )
+        for c, u in zip(covs, upper, strict=True)
+    ]
+
+
 def _torch_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callable[[], Any]]:
     try:
         import torch
@@ -157,7 +170,6 @@ def _cupy_cdf_cases() -> list[Case]:
     the NumPy engine (CPU) on all of them."""
     import cupy
     import numpy as np
-    import scipy.stats
 
     from ..distributions import MultivariateNormal
 
@@ -170,14 +182,6 @@ def _cupy_cdf_cases() -> list[Case]:
         dist_np = MultivariateNormal(np.zeros(d), covariance_matrix=covs)
         k = CUPY_CDF_SCIPY_PROBLEMS
 
-        def scipy_cdf(covs: Any = covs[:k], upper: Any = upper[:k], eps: float = abseps) -> Any:
-            return [
-                scipy.stats.multivariate_normal(np.zeros(len(u)), c, abseps=eps, releps=0).cdf(
-                    u, rng=np.random.default_rng(0)
-                )
-                for c, u in zip(covs, upper, strict=True)
-            ]
-
         out.append(
             Case(
                 op="MultivariateNormal.cdf",
@@ -186,7 +190,9 @@ def _cupy_cdf_cases() -> list[Case]:
                 bandwidth="copy",
                 run=functools.partial(dist.cdf, cupy.asarray(upper), abseps=abseps, rng=0),
                 peers={
-                    f"scipy cdf ({k} of the {problems} problems)": scipy_cdf,
+                    f"scipy cdf ({k} of the {problems} problems)": functools.partial(
+                        _scipy_cdf, covs[:k], upper[:k], abseps
+                    ),
                     "xpops NumPy engine (CPU)": functools.partial(
                         dist_np.cdf, upper, abseps=abseps, rng=0
                     ),
@@ -244,14 +250,6 @@ def cases(backend: str) -> list[Case]:
         upper = rng.standard_normal((problems, d))
         dist = MultivariateNormal(np.zeros(d), covariance_matrix=covs)
 
-        def scipy_cdf(covs: Any = covs, upper: Any = upper, d: int = d, eps: float = abseps) -> Any:
-            return [
-                scipy.stats.multivariate_normal(np.zeros(d), c, abseps=eps, releps=0).cdf(
-                    u, rng=np.random.default_rng(0)
-                )
-                for c, u in zip(covs, upper, strict=True)
-            ]
-
         out.append(
             Case(
                 op="MultivariateNormal.cdf",
@@ -259,7 +257,7 @@ def cases(backend: str) -> list[Case]:
                 nbytes=upper.nbytes,
                 bandwidth="copy",
                 run=functools.partial(dist.cdf, upper, abseps=abseps, rng=0),
-                peers={"scipy cdf": scipy_cdf},
+                peers={"scipy cdf": functools.partial(_scipy_cdf, covs, upper, abseps)},
             )
         )
     return out

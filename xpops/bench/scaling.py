@@ -116,12 +116,9 @@ def run(args: argparse.Namespace) -> int:
     for workers in counts:
         if args.gpu and workers <= gpus:
             cluster = LocalCUDACluster(n_workers=workers)
-        elif args.gpu:  # more workers than GPUs: worker processes share the device
-            print(f"{workers} workers on {gpus} GPU(s): a LocalCluster sharing the device(s)")
-            cluster = LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
-            )
         else:
+            if args.gpu:  # more workers than GPUs: worker processes share the device
+                print(f"{workers} workers on {gpus} GPU(s): a LocalCluster sharing the device(s)")
             cluster = LocalCluster(
                 n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
             )
