@@ -741,9 +741,7 @@ class MultivariateNormal:
                 f"{tuple(getattr(lower_limit, 'shape', ()))}"
             )
             raise NotImplementedError(msg)
-        if options.get("rng") is not None and not isinstance(options["rng"], numbers.Integral):
-            msg = "with a Dask `value`, `rng` must be None or an int seed (one per chunk)"
-            raise TypeError(msg)
+        _check_seed(options.get("rng"), "with Dask arrays (one seed for every chunk)")
         method = "logcdf" if log else "cdf"
         kw = dict(options)
         kw["lower_limit"] = lower_limit
@@ -765,14 +763,7 @@ class MultivariateNormal:
             msg = f"`maxpts` must be a positive integer or None, got {maxpts!r}"
             raise ValueError(msg)
         if _backend.is_cupy_namespace(self._xp):
-            import cupy
-
-            if rng is not None and not isinstance(rng, numbers.Integral | cupy.random.Generator):
-                msg = (
-                    "`rng` must be None, an int seed or a cupy.random.Generator for CuPy, got "
-                    f"{type(rng)}"
-                )
-                raise TypeError(msg)
+            _check_cupy_rng(rng)
         elif rng is not None and not isinstance(rng, numbers.Integral | np.random.Generator):
             msg = f"`rng` must be None, an int seed or a numpy.random.Generator, got {type(rng)}"
             raise TypeError(msg)
