@@ -41,6 +41,17 @@ __device__ __forceinline__ void stage_factor(const T* __restrict__ tril, T* tri,
     }
 }
 
+// The parameters every point of the block shares: the factor (when one serves every point)
+// and the mean (when one does).
+template <typename T, int D>
+__device__ __forceinline__ void stage_shared(const T* __restrict__ loc,
+                                             const T* __restrict__ tril, const long long n_loc,
+                                             const long long n_tril, T* tri, T* rdiag, T* mu) {
+    if (n_tril == 1) stage_factor<T, D>(tril, tri, rdiag);
+    if (n_loc == 1)
+        for (int i = threadIdx.x; i < D; i += MVN_POINTS) mu[i] = loc[i];
+}
+
 template <typename T, int D>
 __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_log_prob(
         const T* __restrict__ value, const T* __restrict__ loc, const T* __restrict__ tril,
@@ -59,9 +70,7 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_log_prob(
         const int r = e / D;
         tile[r * PITCH + (e - r * D)] = src[e];
     }
-    if (n_tril == 1) stage_factor<T, D>(tril, tri, rdiag);
-    if (n_loc == 1)
-        for (int i = threadIdx.x; i < D; i += MVN_POINTS) mu[i] = loc[i];
+    stage_shared<T, D>(loc, tril, n_loc, n_tril, tri, rdiag, mu);
     __syncthreads();
     bool finite = true;
     if (threadIdx.x < rows) {
@@ -177,9 +186,7 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_sample(
     __shared__ T mu[D];
     const long long first = (long long)blockIdx.x * MVN_POINTS;
     const int rows = (int)min((long long)MVN_POINTS, n - first);
-    if (n_tril == 1) stage_factor<T, D>(tril, tri, rdiag);
-    if (n_loc == 1)
-        for (int i = threadIdx.x; i < D; i += MVN_POINTS) mu[i] = loc[i];
+    stage_shared<T, D>(loc, tril, n_loc, n_tril, tri, rdiag, mu);
     __syncthreads();
     if (threadIdx.x < rows) {
         const long long o = first + threadIdx.x;
