@@ -829,6 +829,35 @@ def test_kernels_special_values(cupy_only, kernel):
         assert bool(cupy.all(got == -np.inf))
 
 
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_tiles_float64_exp_log_forms(cupy_only, exclusive, reverse):
+    """The float64 tiles kernel's table exp and log over their whole range: exp of 0 down to
+    -750 (below -707 the library exp, subnormal and zero results), log of sums from about
+    e**-640 (exponents near -920) to thousands, against a long double reference."""
+    from xpops._cupy import cumulative as cc
+
+    cupy = cupy_only
+    rng = np.random.default_rng(12)
+    tile = cc.TILES_BLOCK * cc.TILE_ITEMS["float64"]
+    x = rng.uniform(-740.0, 10.0, 6 * tile + 3)
+    starts = np.arange(0, x.size, tile)
+    x[starts] = 0.0  # each tile starts within 650 of its maximum: the fast path
+    # tile 0: a maximum 640 above its first element, so its first sums are near e**-640
+    x[:tile] = rng.uniform(-1.0, 0.0, tile)
+    x[0] = -640.0
+    # tile 3 far below the prefix: sums of e**-600 added to a prefix of about 1
+    x[3 * tile : 4 * tile] = rng.uniform(-620.0, -600.0, tile)
+    # tiles 4, 5: many equal terms, sums in the thousands
+    x[4 * tile : 6 * tile] = rng.uniform(-1e-3, 1e-3, 2 * tile)
+    if reverse:  # the same patterns met in scan order
+        x = x[::-1].copy()
+    _poison_pool(cupy, 2 * x.nbytes)
+    got = cc.logcumsumexp(cupy.asarray(x), 0, exclusive, reverse, kernel="tiles")
+    want = _reference_along(x, 0, exclusive, reverse)
+    _assert_scan_equal(got.get(), want, 1e-11)
+
+
 def test_kernel_choice(cupy_only):
     from xpops._cupy.cumulative import choose_kernel
 

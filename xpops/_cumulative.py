@@ -1,6 +1,7 @@
 """logcumsumexp: contract, validation and dispatch."""
 
 import operator
+import sys
 from typing import Any
 
 from . import _backend
@@ -42,6 +43,35 @@ def _normalize_axis(axis: Any, ndim: int) -> int:
         msg = f"`axis` {axis} is out of bounds for an array of dimension {ndim}"
         raise ValueError(msg)
     return axis % bound
+
+
+def _cupy_fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any) -> Any:
+    """The CuPy engine's result for the common call (a float32 or float64 CuPy array of at
+    least one dimension, no `dtype`, bool flags, an int axis in range or None), or None: the
+    general path's checks cost 40 us of host time on the H100 hosts, which the GPU spends idle
+    before the scan starts."""
+    cupy = sys.modules.get("cupy")
+    if (
+        cupy is None
+        or type(x) is not cupy.ndarray
+        or dtype is not None
+        or type(exclusive) is not bool
+        or type(reverse) is not bool
+        or x.dtype.char not in "fd"
+        or x.ndim == 0
+    ):
+        return None
+    if axis is None:
+        if x.ndim > 1:
+            x = x.reshape(-1)
+        axis = 0
+    elif type(axis) is int and -x.ndim <= axis < x.ndim:
+        axis %= x.ndim
+    else:
+        return None
+    from ._cupy import cumulative as cuda_engine
+
+    return cuda_engine.logcumsumexp(x, axis, exclusive, reverse)
 
 
 def logcumsumexp(
@@ -135,6 +165,9 @@ def logcumsumexp(
     array([[0.        , 1.        , 2.        ],
            [3.04858735, 4.04858735, 5.04858735]])
     """
+    fast = _cupy_fast_path(x, axis, exclusive, reverse, dtype)
+    if fast is not None:
+        return fast
     xp = _backend.get_namespace(x)
     if not is_array_api_obj(x):
         msg = f"`x` must be an array, got {type(x).__name__}"

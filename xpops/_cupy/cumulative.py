@@ -37,10 +37,12 @@ TILES_BLOCK = 256
 TILE_ITEMS = {"float32": 32, "float64": 16}
 TILE_VECTOR = {"float32": 4, "float64": 2}
 # A block of the tiles kernel prefetches into L2 the tile TILES_PREFETCH_PER_SM * SMs ahead of
-# its own (about half the resident blocks) on rows of at least TILES_PREFETCH_MIN_TILES tiles.
-# Measured on an H100, float32: 2**28 1-D 74% without, 81% with (62% a full wave ahead);
-# (8192, 32768), rows of 4 tiles, 85% without, 79% with. float64 is bound by exp/log: 41-43%.
-TILES_PREFETCH_PER_SM = 2
+# its own (a quarter of the resident blocks) on rows of at least TILES_PREFETCH_MIN_TILES
+# tiles. Measured on an H100, kernel time, 2**28 float32 1-D: 74% without, 82% one tile an SM
+# ahead, 77% two, 65% three; (8192, 32768), rows of 4 tiles, 85% without, 79% with. 2**27
+# float64: 43% at 1 or 2 (the libdevice exp/log inlined, three blocks an SM), 50% with the
+# table forms of TileMath and four blocks.
+TILES_PREFETCH_PER_SM = 1
 TILES_PREFETCH_MIN_TILES = 64
 ROWS_BLOCK = 128  # rows per block of the rows kernel
 ROW_CHUNK = {"float32": 32, "float64": 16}  # columns staged at once: 17 KiB of shared memory
@@ -73,6 +75,70 @@ __device__ __forceinline__ float xexp(float v) { return __expf(v); }
 __device__ __forceinline__ double xexp(double v) { return exp(v); }
 __device__ __forceinline__ float xlog(float v) { return __logf(v); }
 __device__ __forceinline__ double xlog(double v) { return log(v); }
+
+// The tiles kernel's per-element exp and per-output log. float32: the hardware forms above.
+// float64: tables of 2^(j/64) and of 1 / (1 + (i + 1/2) / 64) and its log in shared memory, and
+// short polynomials, with no float/int conversion instructions (the 1.5 * 2^52 shift trick):
+// half the float64 operations of exp() and log(), which made the scan arithmetic-bound. Within
+// a few ulp. Arguments where the short forms do not hold (subnormal results, 0, inf, NaN) call
+// exp() and log(): inlined at every element of a tile, their code crowded the instruction cache.
+__device__ __noinline__ double exp_call(double v) { return exp(v); }
+__device__ __noinline__ double log_call(double v) { return log(v); }
+template <typename T> struct TileMath;
+template <> struct TileMath<float> {
+    __device__ __forceinline__ void fill() {}
+    __device__ __forceinline__ float exp(float v) const { return __expf(v); }
+    __device__ __forceinline__ float log(float v) const { return __logf(v); }
+};
+template <> struct TileMath<double> {
+    double up[64], rcp[64], lg[64];  // 2^(j/64); 1 / (1 + (i + 1/2) / 64); -log(rcp[i])
+    static constexpr double INV_STEP = 92.33248261689366;  // 64 / ln 2
+    // ln 2 / 64 as STEP_HI + STEP_LO, STEP_HI with 17 trailing zero bits: k * STEP_HI is exact
+    static constexpr double STEP_HI = 0.010830424696223417, STEP_LO = 2.572804622327669e-14;
+    // ln 2 as LN2_HI + LN2_LO, LN2_HI with 12 trailing zero bits: n * LN2_HI is exact
+    static constexpr double LN2_HI = 0.693147180559663, LN2_LO = 2.8235290563031577e-13;
+    static constexpr double SHIFT = 6755399441055744.0;  // 1.5 * 2^52
+    __device__ __forceinline__ void fill() {
+        for (int j = threadIdx.x; j < 64; j += blockDim.x) {
+            up[j] = exp2(j / 64.0);
+            rcp[j] = 1.0 / (1.0 + (j + 0.5) / 64.0);
+            lg[j] = -::log(rcp[j]);
+        }
+    }
+    __device__ __forceinline__ double exp(double v) const {
+        if (!(v > -707.0 && v < 709.0)) return exp_call(v);
+        const double t = fma(v, INV_STEP, SHIFT);  // SHIFT + k, k = rint(v * INV_STEP)
+        const int k = __double2loint(t);
+        const double kd = t - SHIFT;
+        const double r = fma(kd, -STEP_LO, fma(kd, -STEP_HI, v));  // |r| <= ln 2 / 128
+        double q = fma(r, 1.0 / 120, 1.0 / 24);
+        q = fma(q, r, 1.0 / 6);
+        q = fma(q, r, 0.5);
+        q = fma(q, r, 1.0);
+        q *= r;  // exp(r) - 1, error r^6 / 720 < 4e-17
+        const double u = up[k & 63];
+        const double y = fma(u, q, u);
+        return __longlong_as_double(__double_as_longlong(y) + ((long long)(k >> 6) << 52));
+    }
+    __device__ __forceinline__ double log(double y) const {
+        if (!(y >= 2.2250738585072014e-308 && y <= 1.7976931348623157e308)) return log_call(y);
+        const int hi = __double2hiint(y);
+        const int i = (hi >> 14) & 63;  // the top 6 bits of the mantissa
+        const double m = __hiloint2double((hi & 0x000FFFFF) | 0x3FF00000, __double2loint(y));
+        const double e = fma(m, rcp[i], -1.0);  // |e| < 1/128
+        double q = fma(e, 1.0 / 7, -1.0 / 6);
+        q = fma(q, e, 1.0 / 5);
+        q = fma(q, e, -0.25);
+        q = fma(q, e, 1.0 / 3);
+        q = fma(q, e, -0.5);
+        const double l1p = fma(e * e, q, e);  // log(1 + e), error e^8 / 8 < 2e-18
+        // the exponent n as a double by the same shift (n + 2^31 in the low word)
+        const double n = __hiloint2double(0x43380000, ((hi >> 20) - 1023) ^ 0x80000000) -
+                         (SHIFT + 2147483648.0);
+        return fma(n, LN2_HI, fma(n, LN2_LO, l1p) + lg[i]);
+    }
+};
+
 // A run may be summed against a reference `ref` when its smallest prefix is at least
 // exp(-THRESHOLD) of exp(ref): terms lost below the smallest normal number (exp(-87) float32
 // with denormals flushed, exp(-708) float64) are then under 1e-9 / 1e-20 of it, even summed
@@ -246,6 +312,15 @@ template <typename T> __device__ __forceinline__ Pair<T> read_slot(const Pair<T>
     const volatile T* s = reinterpret_cast<const volatile T*>(slot);
     return Pair<T>{s[0], s[1]};
 }
+// The look-back state, one allocation (see _look_back_state): a tile counter, then `slots`
+// aggregate slots, then `slots` inclusive-prefix slots.
+template <typename T> struct LookBack {
+    unsigned long long* counter;
+    Pair<T>* aggs;
+    Pair<T>* incls;
+    __device__ __forceinline__ LookBack(unsigned long long* state, long long slots)
+        : counter(state), aggs(reinterpret_cast<Pair<T>*>(state + 1)), incls(aggs + slots) {}
+};
 // Wait for tile p: 2 with its inclusive prefix, or 1 with its aggregate.
 template <typename T>
 __device__ __forceinline__ int wait_slot(const Pair<T>* aggs, const Pair<T>* incls,
@@ -362,24 +437,27 @@ __device__ __noinline__ void exact_tile(const T* __restrict__ xr, T* __restrict_
     }
 }
 
-// float64 capped at 85 registers: three blocks an SM, where it took 92 and ran two
+// Four blocks an SM (64 registers): float64 spills a little there, and runs faster than with
+// the 76 registers and three blocks it takes unbounded.
 template <typename T, int ROUNDS, int THREADS>
-__global__ void __launch_bounds__(THREADS, sizeof(T) == 8 ? 3 : 4)
+__global__ void __launch_bounds__(THREADS, 4)
 xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const long long L,
                          const long long tiles_per_row, const long long tiles,
                          const long long prefetch_distance, const int exclusive,
-                         const int reverse, unsigned long long* __restrict__ counter,
-                         Pair<T>* __restrict__ aggs, Pair<T>* __restrict__ incls) {
+                         const int reverse, unsigned long long* __restrict__ state) {
     constexpr int VEC = Vec<T>::N, WARPS = THREADS / 32, TILE = ROUNDS * THREADS * VEC;
     static_assert(ROUNDS * WARPS <= 64, "warp 0 scans the chunk sums two to a lane");
     __shared__ T warp_max_sh[WARPS], sums_sh[ROUNDS * WARPS];
     __shared__ T first_sh;
     __shared__ Pair<T> prefix_sh, seg_agg[WARPS];
     __shared__ unsigned long long tile_sh;
+    __shared__ TileMath<T> math;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    math.fill();  // read after the __syncthreads below
 
     // tiles are numbered in the order blocks start, so every predecessor is running or done
-    if (tid == 0) tile_sh = atomicAdd(counter, 1ull) + 1ull;  // the counter starts at ~0
+    const LookBack<T> lb(state, tiles);
+    if (tid == 0) tile_sh = atomicAdd(lb.counter, 1ull) + 1ull;  // the counter starts at ~0
     __syncthreads();
     const long long tile = tile_sh;
     const long long r = tile / tiles_per_row, q = tile % tiles_per_row;
@@ -430,22 +508,26 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
 #pragma unroll
     for (int w = 1; w < WARPS; ++w) B = nan_max(B, warp_max_sh[w]);
 
-    // running sums against B, in place; the chunk sums scanned across each warp
-    T chunk_excl[ROUNDS];
+    // running sums against B, in place (exclusive ones for `exclusive`), each plus the sum of
+    // the warp's earlier chunks of the round: only the rounds' warp totals stay to be added, so
+    // no per-chunk carry is held in registers through the look-back
     if (isfinite(B)) {
 #pragma unroll
         for (int k = 0; k < ROUNDS; ++k) {
             T acc = T(0);
 #pragma unroll
             for (int j = 0; j < VEC; ++j) {
-                acc += xexp(v[k][j] - B);
-                v[k][j] = acc;
+                const T e = math.exp(v[k][j] - B);
+                v[k][j] = exclusive ? acc : acc + e;
+                acc += e;
             }
             const T incl = warp_inclusive_sum(acc, lane);
             if (lane == 31) sums_sh[k * WARPS + warp] = incl;
             // shifted, not incl - acc: that cancels when this chunk dwarfs the ones before
             const T ex = __shfl_up_sync(FULL_MASK, incl, 1);
-            chunk_excl[k] = lane == 0 ? T(0) : ex;
+            const T before = lane == 0 ? T(0) : ex;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[k][j] += before;
         }
     }
     __syncthreads();
@@ -474,11 +556,11 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
         }
         Pair<T> prefix = identity<T>();
         if (q == 0) {
-            if (lane == 0) publish(&incls[tile], total);
+            if (lane == 0) publish(&lb.incls[tile], total);
         } else {
-            if (lane == 0) publish(&aggs[tile], total);
-            prefix = warp_look_back(tile, r * tiles_per_row, lane, aggs, incls);
-            if (lane == 0) publish(&incls[tile], combine(prefix, total));
+            if (lane == 0) publish(&lb.aggs[tile], total);
+            prefix = warp_look_back(tile, r * tiles_per_row, lane, lb.aggs, lb.incls);
+            if (lane == 0) publish(&lb.incls[tile], combine(prefix, total));
         }
         if (lane == 0) prefix_sh = prefix;
     }
@@ -491,15 +573,10 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     const Rebase<T> f = rebase(P, B);
 #pragma unroll
     for (int k = 0; k < ROUNDS; ++k) {
-        const T S = sums_sh[k * WARPS + warp] + chunk_excl[k];
+        const T S = sums_sh[k * WARPS + warp];
         T o[VEC];
-        T prev = S;
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-            const T c = S + v[k][j];
-            o[j] = f.R + xlog(f.a + f.b * (exclusive ? prev : c));
-            prev = c;
-        }
+        for (int j = 0; j < VEC; ++j) o[j] = f.R + math.log(f.a + f.b * (S + v[k][j]));
         // the tile's first exclusive output is P alone, which may lie below B - THRESHOLD
         if (exclusive && k == 0 && tid == 0) o[0] = value(P);
         store_chunk<T, VEC>(outr, L, start + ((long long)k * THREADS + tid) * VEC, reverse,
@@ -574,11 +651,11 @@ __global__ void __launch_bounds__(BLOCK)
 xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const long long L,
                            const long long inner, const long long lanes,
                            const long long groups, const int exclusive, const int reverse,
-                           unsigned long long* __restrict__ counter, Pair<T>* __restrict__ aggs,
-                           Pair<T>* __restrict__ incls) {
+                           unsigned long long* __restrict__ state) {
     __shared__ unsigned long long tile_id;
     const int tid = threadIdx.x;
-    if (tid == 0) tile_id = atomicAdd(counter, 1ull) + 1ull;  // the counter starts at ~0
+    const LookBack<T> lb(state, (long long)gridDim.x * BLOCK);  // a slot per thread
+    if (tid == 0) tile_id = atomicAdd(lb.counter, 1ull) + 1ull;  // the counter starts at ~0
     __syncthreads();
     const long long tile = tile_id;
     const long long q = tile / groups, g = tile % groups;
@@ -597,16 +674,16 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
     const long long slot = tile * BLOCK + tid;
     Pair<T> prefix = identity<T>();
     if (q == 0) {
-        publish(&incls[slot], agg);
+        publish(&lb.incls[slot], agg);
     } else {
-        publish(&aggs[slot], agg);
+        publish(&lb.aggs[slot], agg);
         for (long long pred = tile - groups;; pred -= groups) {
             Pair<T> val;
-            const int f = wait_slot(aggs, incls, pred * BLOCK + tid, val);
+            const int f = wait_slot(lb.aggs, lb.incls, pred * BLOCK + tid, val);
             prefix = combine(prefix, val);
             if (f == 2) break;
         }
-        publish(&incls[slot], combine(prefix, agg));
+        publish(&lb.incls[slot], combine(prefix, agg));
     }
 
     if (fast_ok(ref, v[0], prefix)) {
@@ -740,26 +817,26 @@ def _multiprocessors() -> int:
     return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
 
 
-def _look_back_state(slots: int, dtype: np.dtype) -> tuple[cupy.ndarray, ...]:
-    """A tile counter and two arrays of `slots` (m, s) pairs, all set to all-one bits.
+def _look_back_state(slots: int, dtype: np.dtype) -> cupy.ndarray:
+    """The look-back state of a scan with `slots` slots, all bits set: a tile counter (which
+    starts at 2**64 - 1: the kernels add one to what ``atomicAdd`` returns), then `slots`
+    aggregate (m, s) pairs, then `slots` inclusive-prefix pairs.
 
-    One allocation and one memset: the counter starts at 2**64 - 1 and the kernels add one to
-    what ``atomicAdd`` returns (the allocation and launch of a separate zeroed counter cost
-    about 10 us of host time a call).
+    One allocation, one memset and one kernel argument: views into it for the three parts cost
+    about 13 us of host time a call, the allocation and launch of a separate zeroed counter
+    about 10 us, time in which the GPU idles before a short scan.
     """
-    itemsize = np.dtype(dtype).itemsize
-    head = -(-8 // itemsize)  # elements that hold the 8-byte counter
-    state = cupy.empty(head + 4 * slots, dtype=dtype)
+    words = 1 + 2 * slots * (2 * np.dtype(dtype).itemsize // 8)  # 8-byte words
+    state = cupy.empty(words, dtype=np.uint64)
     stream = cupy.cuda.get_current_stream().ptr
     cupy.cuda.runtime.memsetAsync(state.data.ptr, 0xFF, state.nbytes, stream)
-    counter = state[:head].view(np.uint64)
-    return counter, state[head : head + 2 * slots], state[head + 2 * slots :]
+    return state
 
 
 def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items):
     tiles_per_row = -(-L // (TILES_BLOCK * items))
     tiles = rows * tiles_per_row
-    counter, aggs, incls = _look_back_state(tiles, x.dtype)
+    state = _look_back_state(tiles, x.dtype)
     long_rows = tiles_per_row >= TILES_PREFETCH_MIN_TILES
     prefetch = TILES_PREFETCH_PER_SM * _multiprocessors() if long_rows else 0
     kernel(
@@ -774,9 +851,7 @@ def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items):
             np.int64(prefetch),
             np.int32(exclusive),
             np.int32(reverse),
-            counter,
-            aggs,
-            incls,
+            state,
         ),
     )
 
@@ -793,7 +868,7 @@ def _scan_columns(x, out, outer, L, inner, exclusive, reverse, kernel, items):
     lanes = outer * inner
     groups = -(-lanes // BLOCK)
     tiles = groups * -(-L // items)
-    counter, aggs, incls = _look_back_state(tiles * BLOCK, x.dtype)
+    state = _look_back_state(tiles * BLOCK, x.dtype)
     kernel(
         (tiles,),
         (BLOCK,),
@@ -806,9 +881,7 @@ def _scan_columns(x, out, outer, L, inner, exclusive, reverse, kernel, items):
             np.int64(groups),
             np.int32(exclusive),
             np.int32(reverse),
-            counter,
-            aggs,
-            incls,
+            state,
         ),
     )
 
@@ -854,7 +927,7 @@ def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, ker
 
         return generic.logcumsumexp(x, axis, exclusive, reverse, xp=cxp)
     x = cupy.ascontiguousarray(x)  # non-contiguous input: one copy, never a transpose
-    out = cupy.empty_like(x)
+    out = cupy.empty(x.shape, x.dtype)  # x is C-contiguous; empty_like costs 4 us more
     if x.size == 0:
         return out
     name = x.dtype.name
