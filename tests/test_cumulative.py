@@ -730,20 +730,18 @@ def _kernel_cases():
         tile = cc.TILES_BLOCK * cc.TILE_ITEMS[name]
         chunk = cc.ROW_CHUNK[name]
         col = cc.COLUMN_ITEMS[name]
-        yield (
-            "tiles",
-            name,
-            # the last: rows long enough for the L2 prefetch
-            [
-                (1,),
-                (tile - 1,),
-                (tile,),
-                (tile + 1,),
-                (3 * tile + 5,),
-                (3, 2 * tile + 1),
-                (2, (cc.TILES_PREFETCH_MIN_TILES + 3) * tile + 7),
-            ],
-        )
+        # the last: rows long enough for the L2 prefetch
+        tile_shapes = [
+            (1,),
+            (tile - 1,),
+            (tile,),
+            (tile + 1,),
+            (3 * tile + 5,),
+            (3, 2 * tile + 1),
+            (2, (cc.TILES_PREFETCH_MIN_TILES + 3) * tile + 7),
+        ]
+        yield ("tiles", name, tile_shapes)
+        yield ("tiles_staged", name, tile_shapes)
         yield (
             "rows",
             name,
@@ -800,14 +798,14 @@ def test_kernels_at_boundaries(cupy_only, exclusive, reverse):
             _assert_scan_equal(got.get(), want, atol)
 
 
-@pytest.mark.parametrize("kernel", ["tiles", "rows", "columns", "column_blocks"])
+@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged", "rows", "columns", "column_blocks"])
 def test_kernels_special_values(cupy_only, kernel):
     """NaN, +-inf and jumps of 2000 anywhere in a run take the exact path; results stay exact."""
     from xpops._cupy import cumulative as cc
 
     cupy = cupy_only
     rng = np.random.default_rng(11)
-    shape = {"tiles": (5000,), "rows": (200, 70)}.get(kernel, (300, 70))
+    shape = {"tiles": (5000,), "tiles_staged": (5000,), "rows": (200, 70)}.get(kernel, (300, 70))
     axis = 0 if kernel.startswith("column") else len(shape) - 1
     for name in ("float32", "float64"):
         x = (rng.standard_normal(shape) * 10).astype(name)
@@ -829,10 +827,11 @@ def test_kernels_special_values(cupy_only, kernel):
         assert bool(cupy.all(got == -np.inf))
 
 
+@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged"])
 @pytest.mark.parametrize("exclusive", [False, True])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_tiles_float64_exp_log_forms(cupy_only, exclusive, reverse):
-    """The float64 tiles kernel's table exp and log over their whole range: exp of 0 down to
+def test_tiles_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
+    """The float64 tiles kernels' table exp and log over their whole range: exp of 0 down to
     -750 (below -707 the library exp, subnormal and zero results), log of sums from about
     e**-640 (exponents near -920) to thousands, against a long double reference."""
     from xpops._cupy import cumulative as cc
@@ -853,7 +852,7 @@ def test_tiles_float64_exp_log_forms(cupy_only, exclusive, reverse):
     if reverse:  # the same patterns met in scan order
         x = x[::-1].copy()
     _poison_pool(cupy, 2 * x.nbytes)
-    got = cc.logcumsumexp(cupy.asarray(x), 0, exclusive, reverse, kernel="tiles")
+    got = cc.logcumsumexp(cupy.asarray(x), 0, exclusive, reverse, kernel=kernel)
     want = _reference_along(x, 0, exclusive, reverse)
     _assert_scan_equal(got.get(), want, 1e-11)
 

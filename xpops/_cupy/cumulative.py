@@ -1,4 +1,4 @@
-"""CuPy engine of logcumsumexp: four CUDA kernels, chosen by the shape of the scan.
+"""CuPy engine of logcumsumexp: five CUDA kernels, chosen by the shape of the scan.
 
 Every kernel scans pairs ``(m, s)`` standing for ``m + log(s)``. A run of consecutive elements
 is summed against one reference, a maximum ``ref``: one ``exp(x - ref)`` per element, plain
@@ -12,7 +12,9 @@ the prefix, is within THRESHOLD (60 in float32, 650 in float64) of ``ref``. Othe
 * ``tiles``: long rows (1-D input, or few rows): a block scans a tile held in registers,
   read and written as coalesced vectors, and gets the sum of all earlier tiles of its row by
   decoupled look-back (Merrill & Garland, 2016), so the input is read once and the output
-  written once.
+  written once. float32.
+* ``tiles_staged``: the same scheme for float64, the tile copied to shared memory by cp.async
+  and scanned there in rolled loops (short code, no registers held by the tile).
 * ``rows``: many short rows along the contiguous axis: a thread per row, the rows staged through
   shared memory a chunk of columns at a time, the carry in registers.
 * ``column_blocks``: a strided axis with many columns: a block owns 32 adjacent columns for the
@@ -41,8 +43,11 @@ TILE_VECTOR = {"float32": 4, "float64": 2}
 # tiles. Measured on an H100, kernel time, 2**28 float32 1-D: 74% without, 82% one tile an SM
 # ahead, 77% two, 65% three; (8192, 32768), rows of 4 tiles, 85% without, 79% with. 2**27
 # float64: 43% at 1 or 2 (the libdevice exp/log inlined, three blocks an SM), 50% with the
-# table forms of TileMath and four blocks.
+# table forms of TileMath and four blocks, 58% in tiles_staged (56% without prefetch, 56-48%
+# two ahead).
 TILES_PREFETCH_PER_SM = 1
+# Which dtypes take the tiles_staged kernel for the tiles scheme (see there).
+TILES_STAGED = {"float32": False, "float64": True}
 TILES_PREFETCH_MIN_TILES = 64
 ROWS_BLOCK = 128  # rows per block of the rows kernel
 ROW_CHUNK = {"float32": 32, "float64": 16}  # columns staged at once: 17 KiB of shared memory
@@ -71,19 +76,19 @@ template <typename T> struct Pair { T m; T s; };
 // float32 uses the hardware approximations (ex2/lg2 units, denormals flushed): their error,
 // a few 1e-7 relative, is far inside the float32 contract, and full-precision expf/logf made
 // every kernel arithmetic-bound on an H100. float64 keeps exp/log.
+__device__ __noinline__ double exp_call(double v) { return exp(v); }
+__device__ __noinline__ double log_call(double v) { return log(v); }
 __device__ __forceinline__ float xexp(float v) { return __expf(v); }
 __device__ __forceinline__ double xexp(double v) { return exp(v); }
 __device__ __forceinline__ float xlog(float v) { return __logf(v); }
 __device__ __forceinline__ double xlog(double v) { return log(v); }
 
-// The tiles kernel's per-element exp and per-output log. float32: the hardware forms above.
+// The tiles kernels' per-element exp and per-output log. float32: the hardware forms above.
 // float64: tables of 2^(j/64) and of 1 / (1 + (i + 1/2) / 64) and its log in shared memory, and
 // short polynomials, with no float/int conversion instructions (the 1.5 * 2^52 shift trick):
 // half the float64 operations of exp() and log(), which made the scan arithmetic-bound. Within
 // a few ulp. Arguments where the short forms do not hold (subnormal results, 0, inf, NaN) call
 // exp() and log(): inlined at every element of a tile, their code crowded the instruction cache.
-__device__ __noinline__ double exp_call(double v) { return exp(v); }
-__device__ __noinline__ double log_call(double v) { return log(v); }
 template <typename T> struct TileMath;
 template <> struct TileMath<float> {
     __device__ __forceinline__ void fill() {}
@@ -406,6 +411,47 @@ __device__ __forceinline__ void store_chunk(T* __restrict__ outr, long long L, l
     }
 }
 
+// The aggregate of a tile from its maximum B and, for finite B, its sum against B.
+template <typename T> __device__ __forceinline__ Pair<T> tile_total(T B, T sum) {
+    if (isfinite(B)) return Pair<T>{B, sum};
+    if (isnan(B)) return Pair<T>{qnan<T>(), T(1)};
+    if (B == pos_inf<T>()) return Pair<T>{pos_inf<T>(), T(1)};
+    return identity<T>();  // every element -inf
+}
+
+// Warp 0 of tile `tile` (q-th of its row, the row's first tile `first`): publish the tile's
+// aggregate, look back, publish its inclusive prefix; the aggregate of the earlier tiles.
+template <typename T>
+__device__ __forceinline__ Pair<T> tile_look_back(const LookBack<T>& lb, long long tile,
+                                                  long long first, int lane, Pair<T> total) {
+    if (tile == first) {
+        if (lane == 0) publish(&lb.incls[tile], total);
+        return identity<T>();
+    }
+    if (lane == 0) publish(&lb.aggs[tile], total);
+    const Pair<T> prefix = warp_look_back(tile, first, lane, lb.aggs, lb.incls);
+    if (lane == 0) publish(&lb.incls[tile], combine(prefix, total));
+    return prefix;
+}
+
+// Pull tile `tile + distance` into L2: DRAM then stays busy while the resident blocks compute
+// and wait on the look-back, and later loads hit L2. One 128-byte line a thread.
+template <typename T, int TILE>
+__device__ __forceinline__ void prefetch_tile(const T* x, long long L, long long tiles_per_row,
+                                              long long tiles, long long tile,
+                                              long long distance, int reverse) {
+    if (distance <= 0 || tile + distance >= tiles) return;
+    constexpr int LINE = 128 / sizeof(T);
+    const long long t2 = tile + distance;
+    const long long r2 = t2 / tiles_per_row, s2 = (t2 % tiles_per_row) * TILE;
+    const long long lo = reverse ? max(0LL, L - s2 - TILE) : s2;
+    const long long l = lo + (long long)threadIdx.x * LINE;
+    const long long hi = reverse ? L - s2 : min(L, s2 + TILE);
+    if (threadIdx.x * LINE < TILE && l < hi) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(x + r2 * L + l));
+    }
+}
+
 // The exact path of a tile: each warp scans TILE / WARPS consecutive elements with pairwise
 // combines, from P and the aggregates of the earlier warps' segments.
 template <typename T, int TILE, int THREADS>
@@ -464,20 +510,7 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     const long long start = q * TILE;
     const T* xr = x + r * L;
     T* outr = out + r * L;
-    // Pull the tile `prefetch_distance` ahead into L2: DRAM then stays busy while the resident
-    // blocks compute and wait on the look-back, and later loads hit L2. One 128-byte line a
-    // thread.
-    if (prefetch_distance > 0 && tile + prefetch_distance < tiles) {
-        constexpr int LINE = 128 / sizeof(T);
-        const long long t2 = tile + prefetch_distance;
-        const long long r2 = t2 / tiles_per_row, s2 = (t2 % tiles_per_row) * TILE;
-        const long long lo = reverse ? max(0LL, L - s2 - TILE) : s2;
-        const long long l = lo + (long long)tid * LINE;
-        const long long hi = reverse ? L - s2 : min(L, s2 + TILE);
-        if (tid * LINE < TILE && l < hi) {
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(x + r2 * L + l));
-        }
-    }
+    prefetch_tile<T, TILE>(x, L, tiles_per_row, tiles, tile, prefetch_distance, reverse);
     constexpr unsigned long long ALIGN = sizeof(T) * VEC;
     // vector access when the whole tile is in range and the chunks are aligned (the same for
     // every chunk of the tile: they start VEC elements apart)
@@ -535,7 +568,7 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     // warp 0: exclusive sums of the ROUNDS x WARPS warp totals in tile order, the tile's
     // aggregate, and the look-back
     if (warp == 0) {
-        Pair<T> total;
+        T sum = T(0);
         if (isfinite(B)) {
             const int i0 = 2 * lane;
             const T a0 = i0 < ROUNDS * WARPS ? sums_sh[i0] : T(0);
@@ -546,22 +579,10 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
             __syncwarp();
             if (i0 < ROUNDS * WARPS) sums_sh[i0] = before;
             if (i0 + 1 < ROUNDS * WARPS) sums_sh[i0 + 1] = before + a0;
-            total = Pair<T>{B, __shfl_sync(FULL_MASK, incl, 31)};
-        } else if (isnan(B)) {
-            total = Pair<T>{qnan<T>(), T(1)};
-        } else if (B == pos_inf<T>()) {
-            total = Pair<T>{pos_inf<T>(), T(1)};
-        } else {
-            total = identity<T>();  // every element -inf
+            sum = __shfl_sync(FULL_MASK, incl, 31);
         }
-        Pair<T> prefix = identity<T>();
-        if (q == 0) {
-            if (lane == 0) publish(&lb.incls[tile], total);
-        } else {
-            if (lane == 0) publish(&lb.aggs[tile], total);
-            prefix = warp_look_back(tile, r * tiles_per_row, lane, lb.aggs, lb.incls);
-            if (lane == 0) publish(&lb.incls[tile], combine(prefix, total));
-        }
+        const Pair<T> total = tile_total(B, sum);
+        const Pair<T> prefix = tile_look_back(lb, tile, r * tiles_per_row, lane, total);
         if (lane == 0) prefix_sh = prefix;
     }
     __syncthreads();
@@ -581,6 +602,123 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
         if (exclusive && k == 0 && tid == 0) o[0] = value(P);
         store_chunk<T, VEC>(outr, L, start + ((long long)k * THREADS + tid) * VEC, reverse,
                             vstore, o);
+    }
+}
+
+// ---- tiles_staged: the tiles scheme with the tile in shared memory (float64) ------------------
+// The tile is copied to shared memory by cp.async (no registers held, every load in flight at
+// once) and each thread scans a run of ITEMS consecutive elements there, padded by one element a
+// run so that the runs are read without bank conflicts. The loops over a run stay rolled: the
+// register tiles kernel unrolls every element's float64 exp and log into a straight line that
+// crowded the instruction cache. H100, 2**27 float64: 58% of the copy rate against 48%;
+// float32 gains little (85% against 83%) and stays on the register kernel.
+// Four blocks of 256 an SM (64 registers): shared memory would allow six, but at 48 or 40
+// registers the spills cost more than the occupancy gains (H100, 2**27 float64: 58% of the copy
+// rate at four, 47% at five, 34% at six; unrolling the runs by 2, 4 or 8: 57, 58, 55%).
+template <typename T, int ITEMS, int THREADS>
+__global__ void __launch_bounds__(THREADS, 4)
+xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, const long long L,
+                                const long long tiles_per_row, const long long tiles,
+                                const long long prefetch_distance, const int exclusive,
+                                const int reverse, unsigned long long* __restrict__ state) {
+    constexpr int WARPS = THREADS / 32, TILE = ITEMS * THREADS, RUN = ITEMS + 1;
+    constexpr int UNROLL = 4;
+    static_assert(WARPS <= 32, "warp 0 scans the warp totals a lane each");
+    __shared__ T buf[THREADS * RUN];
+    __shared__ T warp_sh[WARPS];
+    __shared__ T first_sh;
+    __shared__ Pair<T> prefix_sh, seg_agg[WARPS];
+    __shared__ unsigned long long tile_sh;
+    __shared__ TileMath<T> math;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const LookBack<T> lb(state, tiles);
+    if (tid == 0) tile_sh = atomicAdd(lb.counter, 1ull) + 1ull;  // the counter starts at ~0
+    math.fill();
+    __syncthreads();
+    const long long tile = tile_sh;
+    const long long r = tile / tiles_per_row, q = tile % tiles_per_row;
+    const long long start = q * TILE;
+    const T* xr = x + r * L;
+    T* outr = out + r * L;
+    prefetch_tile<T, TILE>(x, L, tiles_per_row, tiles, tile, prefetch_distance, reverse);
+
+    // logical element l of the tile (in scan order) sits at buf[l + l / ITEMS]
+    for (int k = 0; k < ITEMS; ++k) {
+        const int l = k * THREADS + tid;
+        T* dst = &buf[l + l / ITEMS];
+        const long long g = start + l;
+        if (g < L) {
+            const T* src = xr + (reverse ? L - 1 - g : g);
+            const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+            asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(d), "l"(src),
+                         "n"(sizeof(T)));
+        } else {
+            *dst = neg_inf<T>();
+        }
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+
+    T* run = &buf[tid * RUN];
+    T m = run[0];
+    for (int j = 1; j < ITEMS; ++j) m = nan_max(m, run[j]);
+    m = warp_max(m);
+    if (lane == 0) warp_sh[warp] = m;
+    if (tid == 0) first_sh = buf[0];
+    __syncthreads();
+    T B = warp_sh[0];
+#pragma unroll
+    for (int w = 1; w < WARPS; ++w) B = nan_max(B, warp_sh[w]);
+    __syncthreads();  // warp_sh is reused for the warp sums
+
+    // the run's sums against B in place (exclusive ones for `exclusive`), and the sums of the
+    // earlier runs of the warp
+    T before = T(0);
+    if (isfinite(B)) {
+        T acc = T(0);
+#pragma unroll UNROLL
+        for (int j = 0; j < ITEMS; ++j) {
+            const T e = math.exp(run[j] - B);
+            run[j] = exclusive ? acc : acc + e;
+            acc += e;
+        }
+        const T incl = warp_inclusive_sum(acc, lane);
+        if (lane == 31) warp_sh[warp] = incl;
+        const T up = __shfl_up_sync(FULL_MASK, incl, 1);  // not incl - acc: that cancels
+        before = lane == 0 ? T(0) : up;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        T sum = T(0);
+        if (isfinite(B)) {
+            const T w = lane < WARPS ? warp_sh[lane] : T(0);
+            const T incl = warp_inclusive_sum(w, lane);
+            const T up = __shfl_up_sync(FULL_MASK, incl, 1);
+            __syncwarp();
+            if (lane < WARPS) warp_sh[lane] = lane == 0 ? T(0) : up;
+            sum = __shfl_sync(FULL_MASK, incl, 31);
+        }
+        const Pair<T> total = tile_total(B, sum);
+        const Pair<T> prefix = tile_look_back(lb, tile, r * tiles_per_row, lane, total);
+        if (lane == 0) prefix_sh = prefix;
+    }
+    __syncthreads();
+    const Pair<T> P = prefix_sh;
+    if (!fast_ok(B, first_sh, P)) {
+        exact_tile<T, TILE, THREADS>(xr, outr, L, start, P, exclusive, reverse, seg_agg);
+        return;
+    }
+    const Rebase<T> f = rebase(P, B);
+    const T S = warp_sh[warp] + before;
+#pragma unroll UNROLL
+    for (int j = 0; j < ITEMS; ++j) run[j] = f.R + math.log(f.a + f.b * (S + run[j]));
+    // the tile's first exclusive output is P alone, which may lie below B - THRESHOLD
+    if (exclusive && tid == 0) run[0] = value(P);
+    __syncthreads();
+    for (int k = 0; k < ITEMS; ++k) {
+        const int l = k * THREADS + tid;
+        const long long g = start + l;
+        if (g < L) outr[reverse ? L - 1 - g : g] = buf[l + l / ITEMS];
     }
 }
 
@@ -793,6 +931,9 @@ def _names(dtype_name: str) -> dict[str, str]:
             f"xpops_logcumsumexp_tiles<{t}, {TILE_ITEMS[dtype_name] // TILE_VECTOR[dtype_name]}, "
             f"{TILES_BLOCK}>"
         ),
+        "tiles_staged": (
+            f"xpops_logcumsumexp_tiles_staged<{t}, {TILE_ITEMS[dtype_name]}, {TILES_BLOCK}>"
+        ),
         "rows": f"xpops_logcumsumexp_rows<{t}, {ROW_CHUNK[dtype_name]}>",
         "columns": f"xpops_logcumsumexp_columns<{t}, {COLUMN_ITEMS[dtype_name]}>",
         "column_blocks": (
@@ -916,8 +1057,8 @@ def choose_kernel(shape: tuple[int, ...], axis: int) -> str:
 def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, kernel=None):
     """Scan `axis` of `x` (float32/float64/complex, ndim >= 1); arguments already validated.
 
-    `kernel` (tests and benchmarks only) forces ``"tiles"``, ``"rows"``, ``"columns"`` or
-    ``"column_blocks"``.
+    `kernel` (tests and benchmarks only) forces ``"tiles"``, ``"tiles_staged"``, ``"rows"``,
+    ``"columns"`` or ``"column_blocks"``.
     """
     if x.dtype.kind == "c":
         # No complex kernel yet: the generic engine runs on CuPy arrays.
@@ -946,7 +1087,15 @@ def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, ker
     elif kind == "rows":
         _scan_rows(x, out, outer * inner, L, exclusive, reverse, kernels["rows"])
     else:
+        staged = kind == "tiles_staged" or (kind == "tiles" and TILES_STAGED[name] and not kernel)
         _scan_tiles(
-            x, out, outer * inner, L, exclusive, reverse, kernels["tiles"], TILE_ITEMS[name]
+            x,
+            out,
+            outer * inner,
+            L,
+            exclusive,
+            reverse,
+            kernels["tiles_staged" if staged else "tiles"],
+            TILE_ITEMS[name],
         )
     return out
