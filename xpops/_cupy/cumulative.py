@@ -411,6 +411,21 @@ __device__ __forceinline__ void store_chunk(T* __restrict__ outr, long long L, l
     }
 }
 
+// Warp 0: the exclusive prefix sums, in place, of the n <= 64 values at `sums` (two to a lane);
+// returns their total.
+template <typename T> __device__ __forceinline__ T warp_exclusive_sums(T* sums, int n, int lane) {
+    const int i0 = 2 * lane;
+    const T a0 = i0 < n ? sums[i0] : T(0);
+    const T a1 = i0 + 1 < n ? sums[i0 + 1] : T(0);
+    const T incl = warp_inclusive_sum(a0 + a1, lane);
+    const T up = __shfl_up_sync(FULL_MASK, incl, 1);
+    const T before = lane == 0 ? T(0) : up;
+    __syncwarp();
+    if (i0 < n) sums[i0] = before;
+    if (i0 + 1 < n) sums[i0 + 1] = before + a0;
+    return __shfl_sync(FULL_MASK, incl, 31);
+}
+
 // The aggregate of a tile from its maximum B and, for finite B, its sum against B.
 template <typename T> __device__ __forceinline__ Pair<T> tile_total(T B, T sum) {
     if (isfinite(B)) return Pair<T>{B, sum};
@@ -567,20 +582,8 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
 
     // warp 0: exclusive sums of the ROUNDS x WARPS warp totals in tile order, the tile's
     // aggregate, and the look-back
-    if (warp == 0) {
-        T sum = T(0);
-        if (isfinite(B)) {
-            const int i0 = 2 * lane;
-            const T a0 = i0 < ROUNDS * WARPS ? sums_sh[i0] : T(0);
-            const T a1 = i0 + 1 < ROUNDS * WARPS ? sums_sh[i0 + 1] : T(0);
-            const T incl = warp_inclusive_sum(a0 + a1, lane);
-            const T up = __shfl_up_sync(FULL_MASK, incl, 1);
-            const T before = lane == 0 ? T(0) : up;
-            __syncwarp();
-            if (i0 < ROUNDS * WARPS) sums_sh[i0] = before;
-            if (i0 + 1 < ROUNDS * WARPS) sums_sh[i0 + 1] = before + a0;
-            sum = __shfl_sync(FULL_MASK, incl, 31);
-        }
+    if (warp == 0) {  // B is the same in every lane: the shuffles see the whole warp
+        const T sum = isfinite(B) ? warp_exclusive_sums(sums_sh, ROUNDS * WARPS, lane) : T(0);
         const Pair<T> total = tile_total(B, sum);
         const Pair<T> prefix = tile_look_back(lb, tile, r * tiles_per_row, lane, total);
         if (lane == 0) prefix_sh = prefix;
@@ -623,7 +626,7 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
                                 const int reverse, unsigned long long* __restrict__ state) {
     constexpr int WARPS = THREADS / 32, TILE = ITEMS * THREADS, RUN = ITEMS + 1;
     constexpr int UNROLL = 4;
-    static_assert(WARPS <= 32, "warp 0 scans the warp totals a lane each");
+    static_assert(WARPS <= 64, "warp 0 scans the warp totals two to a lane");
     __shared__ T buf[THREADS * RUN];
     __shared__ T warp_sh[WARPS];
     __shared__ T first_sh;
@@ -688,16 +691,8 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
         before = lane == 0 ? T(0) : up;
     }
     __syncthreads();
-    if (warp == 0) {
-        T sum = T(0);
-        if (isfinite(B)) {
-            const T w = lane < WARPS ? warp_sh[lane] : T(0);
-            const T incl = warp_inclusive_sum(w, lane);
-            const T up = __shfl_up_sync(FULL_MASK, incl, 1);
-            __syncwarp();
-            if (lane < WARPS) warp_sh[lane] = lane == 0 ? T(0) : up;
-            sum = __shfl_sync(FULL_MASK, incl, 31);
-        }
+    if (warp == 0) {  // B is the same in every lane: the shuffles see the whole warp
+        const T sum = isfinite(B) ? warp_exclusive_sums(warp_sh, WARPS, lane) : T(0);
         const Pair<T> total = tile_total(B, sum);
         const Pair<T> prefix = tile_look_back(lb, tile, r * tiles_per_row, lane, total);
         if (lane == 0) prefix_sh = prefix;
@@ -1077,6 +1072,8 @@ def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, ker
     outer = math.prod(shape[:axis])
     inner = math.prod(shape[axis + 1 :])
     kind = kernel or choose_kernel(shape, axis)
+    if kind == "tiles" and not kernel and TILES_STAGED[name]:
+        kind = "tiles_staged"
     kernels = _kernels(name)
     if kind == "columns":
         _scan_columns(
@@ -1087,15 +1084,5 @@ def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, ker
     elif kind == "rows":
         _scan_rows(x, out, outer * inner, L, exclusive, reverse, kernels["rows"])
     else:
-        staged = kind == "tiles_staged" or (kind == "tiles" and TILES_STAGED[name] and not kernel)
-        _scan_tiles(
-            x,
-            out,
-            outer * inner,
-            L,
-            exclusive,
-            reverse,
-            kernels["tiles_staged" if staged else "tiles"],
-            TILE_ITEMS[name],
-        )
+        _scan_tiles(x, out, outer * inner, L, exclusive, reverse, kernels[kind], TILE_ITEMS[name])
     return out
