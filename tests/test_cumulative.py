@@ -727,21 +727,21 @@ def _kernel_cases():
     from xpops._cupy import cumulative as cc
 
     for name in ("float32", "float64"):
-        tile = cc.TILES_BLOCK * cc.TILE_ITEMS[name]
         chunk = cc.ROW_CHUNK[name]
         col = cc.COLUMN_ITEMS[name]
-        # the last: rows long enough for the L2 prefetch
-        tile_shapes = [
-            (1,),
-            (tile - 1,),
-            (tile,),
-            (tile + 1,),
-            (3 * tile + 5,),
-            (3, 2 * tile + 1),
-            (2, (cc.TILES_PREFETCH_MIN_TILES + 3) * tile + 7),
-        ]
-        yield ("tiles", name, tile_shapes)
-        yield ("tiles_staged", name, tile_shapes)
+        for kind in ("tiles", "tiles_staged"):
+            tile = cc.TILES_BLOCK * cc.tile_items(kind, name)
+            # the last: rows long enough for the L2 prefetch
+            tile_shapes = [
+                (1,),
+                (tile - 1,),
+                (tile,),
+                (tile + 1,),
+                (3 * tile + 5,),
+                (3, 2 * tile + 1),
+                (2, (cc.TILES_PREFETCH_MIN_TILES + 3) * tile + 7),
+            ]
+            yield (kind, name, tile_shapes)
         yield (
             "rows",
             name,
@@ -805,7 +805,7 @@ def test_kernels_special_values(cupy_only, kernel):
 
     cupy = cupy_only
     rng = np.random.default_rng(11)
-    shape = {"tiles": (5000,), "tiles_staged": (5000,), "rows": (200, 70)}.get(kernel, (300, 70))
+    shape = {"tiles": (20000,), "tiles_staged": (20000,), "rows": (200, 70)}.get(kernel, (300, 70))
     axis = 0 if kernel.startswith("column") else len(shape) - 1
     for name in ("float32", "float64"):
         x = (rng.standard_normal(shape) * 10).astype(name)
@@ -838,7 +838,7 @@ def test_tiles_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
 
     cupy = cupy_only
     rng = np.random.default_rng(12)
-    tile = cc.TILES_BLOCK * cc.TILE_ITEMS["float64"]
+    tile = cc.TILES_BLOCK * cc.tile_items(kernel, "float64")
     x = rng.uniform(-740.0, 10.0, 6 * tile + 3)
     starts = np.arange(0, x.size, tile)
     x[starts] = 0.0  # each tile starts within 650 of its maximum: the fast path

@@ -43,11 +43,18 @@ TILE_VECTOR = {"float32": 4, "float64": 2}
 # tiles. Measured on an H100, kernel time, 2**28 float32 1-D: 74% without, 82% one tile an SM
 # ahead, 77% two, 65% three; (8192, 32768), rows of 4 tiles, 85% without, 79% with. 2**27
 # float64: 43% at 1 or 2 (the libdevice exp/log inlined, three blocks an SM), 50% with the
-# table forms of TileMath and four blocks, 58% in tiles_staged (56% without prefetch, 56-48%
-# two ahead).
+# table forms of TileMath and four blocks, 58% in tiles_staged of 16 items (56% without
+# prefetch, 56-48% two ahead), 67% at 32 items (66% without prefetch).
 TILES_PREFETCH_PER_SM = 1
 # Which dtypes take the tiles_staged kernel for the tiles scheme (see there).
 TILES_STAGED = {"float32": False, "float64": True}
+# tiles_staged: TILES_BLOCK threads of STAGED_ITEMS elements in dynamic shared memory (66 KiB
+# a float64 tile of 8192), at least STAGED_MIN_BLOCKS blocks an SM. H100, 2**27 float64, kernel
+# time: 58% of the copy rate at 16 items and four blocks (static shared memory, 64 registers
+# with spills), 63% at 22 and four, 65% at 24 and three or four, 67% at 32 and three (56
+# registers, no spills), 66% at 32 and two, 58% at 40 and two; 128 threads of 32 items 62%.
+STAGED_ITEMS = {"float32": 32, "float64": 32}
+STAGED_MIN_BLOCKS = 3
 TILES_PREFETCH_MIN_TILES = 64
 ROWS_BLOCK = 128  # rows per block of the rows kernel
 ROW_CHUNK = {"float32": 32, "float64": 16}  # columns staged at once: 17 KiB of shared memory
@@ -613,13 +620,15 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
 // once) and each thread scans a run of ITEMS consecutive elements there, padded by one element a
 // run so that the runs are read without bank conflicts. The loops over a run stay rolled: the
 // register tiles kernel unrolls every element's float64 exp and log into a straight line that
-// crowded the instruction cache. H100, 2**27 float64: 58% of the copy rate against 48%;
-// float32 gains little (85% against 83%) and stays on the register kernel.
-// Four blocks of 256 an SM (64 registers): shared memory would allow six, but at 48 or 40
-// registers the spills cost more than the occupancy gains (H100, 2**27 float64: 58% of the copy
-// rate at four, 47% at five, 34% at six; unrolling the runs by 2, 4 or 8: 57, 58, 55%).
-template <typename T, int ITEMS, int THREADS>
-__global__ void __launch_bounds__(THREADS, 4)
+// crowded the instruction cache. H100, 2**27 float64: 58% of the copy rate against 48% at
+// the same tile size of 4096; float32 gained little (85% against 83%) and stays on the
+// register kernel.
+// Long runs (ITEMS = 32: a tile of 8192 float64 in 66 KiB of dynamic shared memory, three
+// blocks an SM) halve the look-backs and barriers an element against runs of 16 (see
+// STAGED_ITEMS). Earlier, at 16 items: five or six blocks an SM spilled (47, 34% against 58%);
+// unrolling the runs by 2, 4 or 8: 57, 58, 55%.
+template <typename T, int ITEMS, int THREADS, int MIN_BLOCKS>
+__global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, const long long L,
                                 const long long tiles_per_row, const long long tiles,
                                 const long long prefetch_distance, const int exclusive,
@@ -627,7 +636,8 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
     constexpr int WARPS = THREADS / 32, TILE = ITEMS * THREADS, RUN = ITEMS + 1;
     constexpr int UNROLL = 4;
     static_assert(WARPS <= 64, "warp 0 scans the warp totals two to a lane");
-    __shared__ T buf[THREADS * RUN];
+    extern __shared__ __align__(16) unsigned char staged_smem[];
+    T* const buf = reinterpret_cast<T*>(staged_smem);  // THREADS * RUN elements
     __shared__ T warp_sh[WARPS];
     __shared__ T first_sh;
     __shared__ Pair<T> prefix_sh, seg_agg[WARPS];
@@ -927,7 +937,8 @@ def _names(dtype_name: str) -> dict[str, str]:
             f"{TILES_BLOCK}>"
         ),
         "tiles_staged": (
-            f"xpops_logcumsumexp_tiles_staged<{t}, {TILE_ITEMS[dtype_name]}, {TILES_BLOCK}>"
+            f"xpops_logcumsumexp_tiles_staged<{t}, {STAGED_ITEMS[dtype_name]}, {TILES_BLOCK}, "
+            f"{STAGED_MIN_BLOCKS}>"
         ),
         "rows": f"xpops_logcumsumexp_rows<{t}, {ROW_CHUNK[dtype_name]}>",
         "columns": f"xpops_logcumsumexp_columns<{t}, {COLUMN_ITEMS[dtype_name]}>",
@@ -945,7 +956,20 @@ _OPTIONS = ("-std=c++17", f"-DBLOCK={BLOCK}", f"-DROWS_BLOCK={ROWS_BLOCK}")
 def _kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
     names = _names(dtype_name)
     module = cupy.RawModule(code=_SOURCE, options=_OPTIONS, name_expressions=list(names.values()))
-    return {key: module.get_function(name) for key, name in names.items()}
+    kernels = {key: module.get_function(name) for key, name in names.items()}
+    # above 48 KiB a kernel must ask for its dynamic shared memory
+    kernels["tiles_staged"].max_dynamic_shared_size_bytes = _staged_shared_bytes(dtype_name)
+    return kernels
+
+
+def _staged_shared_bytes(dtype_name: str) -> int:
+    """Dynamic shared memory of tiles_staged: the tile, one element of padding a run."""
+    return TILES_BLOCK * (STAGED_ITEMS[dtype_name] + 1) * np.dtype(dtype_name).itemsize
+
+
+def tile_items(kind: str, dtype_name: str) -> int:
+    """Elements a thread of the tiles kernel `kind` scans: a tile is TILES_BLOCK times this."""
+    return STAGED_ITEMS[dtype_name] if kind == "tiles_staged" else TILE_ITEMS[dtype_name]
 
 
 @cupy.memoize(for_each_device=True)
@@ -969,8 +993,9 @@ def _look_back_state(slots: int, dtype: np.dtype) -> cupy.ndarray:
     return state
 
 
-def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items):
-    tiles_per_row = -(-L // (TILES_BLOCK * items))
+def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, kind):
+    name = x.dtype.name
+    tiles_per_row = -(-L // (TILES_BLOCK * tile_items(kind, name)))
     tiles = rows * tiles_per_row
     state = _look_back_state(tiles, x.dtype)
     long_rows = tiles_per_row >= TILES_PREFETCH_MIN_TILES
@@ -989,6 +1014,7 @@ def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, items):
             np.int32(reverse),
             state,
         ),
+        shared_mem=_staged_shared_bytes(name) if kind == "tiles_staged" else 0,
     )
 
 
@@ -1084,5 +1110,5 @@ def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, ker
     elif kind == "rows":
         _scan_rows(x, out, outer * inner, L, exclusive, reverse, kernels["rows"])
     else:
-        _scan_tiles(x, out, outer * inner, L, exclusive, reverse, kernels[kind], TILE_ITEMS[name])
+        _scan_tiles(x, out, outer * inner, L, exclusive, reverse, kernels[kind], kind)
     return out
