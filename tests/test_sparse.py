@@ -730,15 +730,25 @@ def test_scalar_dtype_rules(scipy_only):
 # ---- the SciPy engine's row blocks and its fallback ----------------------------------------------
 
 
+@pytest.mark.parametrize("helper", [False, True], ids=["one_thread", "helper_thread"])
 @pytest.mark.parametrize("direct", [True, False], ids=["csr_plus_csr", "public_add"])
 @pytest.mark.parametrize("zeros", [0.0, 0.2], ids=["values", "positions"])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
-def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype):
+def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, helper):
     """Many small row blocks (rows longer than a block, empty rows), through SciPy's compiled
-    addition called directly and through its public operator."""
+    addition called directly and through its public operator, with the second half of the
+    blocks on the helper thread (moved down after the first) or all on the calling thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from xpops._numpy import sparse as engine
 
     monkeypatch.setattr(engine, "BLOCK_ENTRIES", 37)
+    if helper:
+        pool = ThreadPoolExecutor(1)
+        monkeypatch.setattr(engine, "_helper", lambda: pool)
+        monkeypatch.setattr(engine, "HELPER_MIN_ENTRIES", 0)
+    else:
+        monkeypatch.setattr(engine, "_helper", lambda: None)
     if not direct:
         monkeypatch.setattr(engine, "_csr_plus_csr", None)
     rng = np.random.default_rng(7)
