@@ -25,10 +25,10 @@ Measured on the 2-core AMD EPYC (Zen 4) VM, two 20000 x 20000 CSR matrices of de
 (400k entries each), against SciPy's own ``x + y`` (the same merge): on one thread float64
 6.1-6.3 ms against 4.1-4.2 (1.46-1.50x; of it, ``csr_plus_csr`` on complex128 is 4.5-5.6 ms),
 float32 5.3-5.6 against 3.9-4.0 (1.35-1.40x); with the helper thread float64 5.3-6.0 ms
-against 4.7-5.5 (1.09-1.15x), float32 4.5-5.1 against 4.7-5.5 (0.93-0.95x). Blocks of 16k entries cost Python
-overhead (1.57x), of 256k first-touch again (2.1x); whole matrices through the public ``+``
-took 10.8 ms. A merge written in NumPy (stable argsort of row-major keys) took 39 ms, and
-``searchsorted`` of the keys alone 13 ms.
+against 4.7-5.5 (1.09-1.15x), float32 4.5-5.1 against 4.7-5.5 (0.93-0.95x). Blocks of 16k
+entries cost Python overhead (1.57x), of 256k first-touch again (2.1x); whole matrices
+through the public ``+`` took 10.8 ms. A merge written in NumPy (stable argsort of row-major
+keys) took 39 ms, and ``searchsorted`` of the keys alone 13 ms.
 """
 
 import functools
