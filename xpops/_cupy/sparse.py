@@ -15,7 +15,8 @@ row ``r`` of the union starts at ``x.indptr[r] + y.indptr[r] - C[x.indptr[r]]``.
    the searches use int offsets and a per-lane row cursor.
 3. ``scan``: one block turns the tile counts into tile prefixes (and zeroes the run queue).
 4. ``indptr``: the union's row pointers, ``C`` at each row start from the prefixes and bits;
-   its last element, the union's size, is the one host synchronisation.
+   its last element, the union's size, is the one host synchronisation, made after every
+   kernel is queued (the result is written into buffers of nx + ny entries, then cut).
 5. ``fill``: per tile, no searching: each entry of `x` and its run of `y` written contiguously
    (the warp copies its lanes' short runs together; runs longer than RUN are queued in chunks
    of CHUNK for ``runs``). Writing the entries of `x` and of `y` from separate passes left
@@ -642,13 +643,20 @@ def divide(x: Any, y: Any) -> Any:
     args = (xptr, yptr, bits, prefix, np.int64(rows), n_x, indptr)
     kernels["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
     queue = cupy.empty(3 * (ny // (RUN + 1) + ny // CHUNK + 1), dtype=np.int64)
-    nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
-    indices = cupy.empty(nnz, dtype=index)
-    data = cupy.empty(nnz, dtype=dtype)
+    # The result is written into buffers of the largest possible size, nx + ny, so that every
+    # kernel is queued before the one host synchronisation: sized exactly after it, the GPU
+    # idled while the host allocated them and launched the last two kernels.
+    indices = cupy.empty(nx + ny, dtype=index)
+    data = cupy.empty(nx + ny, dtype=dtype)
     args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, indices, data, queued, queue)
     kernels["fill"](grid, (THREADS,), args)
     args = (yidx, yc.data, queued, queue, indices, data)
     kernels["runs"]((_max_blocks(),), (THREADS,), args)
+    nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
+    if nnz < (nx + ny) // 2:  # do not keep more than twice the memory the result needs
+        indices, data = indices[:nnz].copy(), data[:nnz].copy()
+    else:
+        indices, data = indices[:nnz], data[:nnz]
     return _finish(x, _make_csr(data, indices, indptr, x.shape))
 
 
