@@ -26,6 +26,7 @@ a row-major factor is its transpose to cuBLAS, so ``L Y = B`` is ``trsm`` with `
 left-side solves ran 20% faster than right-side ones on the row-major data (4096, K = 256).
 """
 
+import functools
 import math
 
 import cupy
@@ -293,6 +294,8 @@ xpops_cholesky_solve_small(const T* __restrict__ rhs, const T* __restrict__ fact
 }
 """
 
+_NULL = np.uint64(0)  # a null pointer argument
+
 # cuBLAS enumerations (cublas_api.h)
 _SIDE_LEFT, _FILL_LOWER, _FILL_UPPER, _OP_N, _OP_T, _DIAG_NON_UNIT = 0, 0, 1, 0, 1, 0
 
@@ -339,10 +342,20 @@ def _lanes_config(M: int, itemsize: int) -> tuple[int, int]:
     return lanes, threads
 
 
+@functools.cache
+def _lanes_launch(
+    dtype: np.dtype, M: int, single: bool, device: int
+) -> tuple[int, int, cupy.RawKernel]:
+    """(lanes a system, threads a block, kernel on `device`) of the lanes kernel for one
+    right-hand side (`single`) or more: looked up once a shape, since the host's time before a
+    launch is GPU time lost for small batches."""
+    lanes, threads = _lanes_config(M, dtype.itemsize)
+    columns = 1 if single else SMALL_COLUMNS
+    return lanes, threads, _lanes_kernel(dtype.name, M, columns, threads)
+
+
 def _solve_lanes(x, y, out, batch, M, K, upper):
-    columns = 1 if K == 1 else SMALL_COLUMNS
-    lanes, threads = _lanes_config(M, x.dtype.itemsize)
-    kernel = _lanes_kernel(x.dtype.name, M, columns, threads)
+    lanes, threads, kernel = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
     n = math.prod(batch)
     rhs_index = _batch_index(x.shape[:-2], batch)
     factor_index = _batch_index(y.shape[:-2], batch)
@@ -356,8 +369,8 @@ def _solve_lanes(x, y, out, batch, M, K, upper):
             np.int64(n),
             np.int32(K),
             np.int32(upper),
-            rhs_index if rhs_index is not None else np.uint64(0),
-            factor_index if factor_index is not None else np.uint64(0),
+            rhs_index if rhs_index is not None else _NULL,
+            factor_index if factor_index is not None else _NULL,
         ),
     )
 
@@ -388,8 +401,8 @@ def _solve_small(x, y, out, batch, M, K, upper):
             np.int32(M),
             np.int32(K),
             np.int32(upper),
-            rhs_index if rhs_index is not None else np.uint64(0),
-            factor_index if factor_index is not None else np.uint64(0),
+            rhs_index if rhs_index is not None else _NULL,
+            factor_index if factor_index is not None else _NULL,
         ),
     )
 
@@ -461,12 +474,15 @@ def cholesky_solve(x: cupy.ndarray, y: cupy.ndarray, upper: bool, path: str | No
     out = cupy.empty((*batch, M, K), dtype=x.dtype)
     if out.size == 0:
         return out
-    y = cupy.ascontiguousarray(y)
+    if not y.flags.c_contiguous:
+        y = cupy.ascontiguousarray(y)
     kind = path or ("lanes" if M <= LANES_MAX_M else "small" if M <= SMALL_MAX_M else "blas")
+    if kind in ("lanes", "small") and not x.flags.c_contiguous:
+        x = cupy.ascontiguousarray(x)
     if kind == "lanes":
-        _solve_lanes(cupy.ascontiguousarray(x), y, out, batch, M, K, upper)
+        _solve_lanes(x, y, out, batch, M, K, upper)
     elif kind == "small":
-        _solve_small(cupy.ascontiguousarray(x), y, out, batch, M, K, upper)
+        _solve_small(x, y, out, batch, M, K, upper)
     else:  # copies x into column-major order itself
         _solve_blas(x, y, out, batch, M, K, upper)
     return out
