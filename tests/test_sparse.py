@@ -1021,8 +1021,21 @@ def _row_reference(rows, cols, vals, i, ncols):
     return out, mask
 
 
+# The fill kernel writes a tile's slots step by step up to SLOTS_CAP slots, lane by lane past
+# it: the default, every tile lane by lane (0), and no tile lane by lane (long runs in a step).
+SLOTS_CAPS = {"cap": None, "lanes": 0, "steps": 2**30}
+
+
+@pytest.fixture(params=list(SLOTS_CAPS), ids=list(SLOTS_CAPS))
+def slots_cap(request, monkeypatch):
+    if request.param != "cap":
+        from xpops._cupy import sparse as engine
+
+        monkeypatch.setattr(engine, "SLOTS_CAP", SLOTS_CAPS[request.param])
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_large_power_law_on_gpu(cupy_only, fmt):
+def test_large_power_law_on_gpu(cupy_only, fmt, slots_cap):
     """1e5 x 1e5, about 1e7 entries each, power-law row lengths; the COO case is shuffled and
     has duplicates. Checked row by row on the host for a sample of rows."""
     cupy = cupy_only
@@ -1132,7 +1145,7 @@ def _boundary_operands(rng):
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
 @pytest.mark.parametrize("canonical_input", [False, True], ids=["raw", "canonical"])
 @pytest.mark.parametrize("fmts", [("csr", "csr"), ("coo", "coo"), ("csr", "coo")])
-def test_row_lengths_at_block_boundaries_on_gpu(cupy_only, fmts, canonical_input, dtype):
+def test_row_lengths_at_block_boundaries_on_gpu(cupy_only, fmts, canonical_input, dtype, slots_cap):
     lib = Lib("cupy")
     rng = np.random.default_rng(12)
     x, y, shape = _boundary_operands(rng)

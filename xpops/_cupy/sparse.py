@@ -1,4 +1,4 @@
-"""CuPy engine of sparse.divide: the union of two canonical CSR patterns, in five kernels.
+"""CuPy engine of sparse.divide: the union of two canonical CSR patterns, in six kernels.
 
 With both operands canonical CSR (sorted, unique column indices in each row), entries are in
 row-major key order. Let ``lb[e]`` be the storage index in `y` of the first entry at or after
@@ -8,27 +8,27 @@ between ``e`` and the next entry of `x` (a "run", all absent from `x`) follow it
 row ``r`` of the union starts at ``x.indptr[r] + y.indptr[r] - C[x.indptr[r]]``. So:
 
 1. ``tile_rows``: for each warp tile of 32 * ITEMS entries of `x`, the rows of its first and
-   last entries (binary searches, once for both passes).
+   last entries (a thread a row of `x` writes them, no searching).
 2. ``match``: per tile, the row pointers and `y`'s column indices of those rows are staged in
    shared memory, and each entry's ``lb`` found by binary search there; match bits (one word
    per 32 entries) and the tile's match count are written. This pass is instruction-bound:
    the searches use int offsets and a per-lane row cursor.
-3. ``scan``: one block turns the tile counts into tile prefixes (and zeroes the run queue).
+3. ``scan``: the tile counts into tile prefixes (a block a chunk, decoupled look-back).
 4. ``indptr``: the union's row pointers, ``C`` at each row start from the prefixes and bits;
    its last element, the union's size, is the one host synchronisation, made after every
    kernel is queued (the result is written into buffers of nx + ny entries, then cut).
-5. ``fill``: per tile, no searching: each entry of `x` and its run of `y` written contiguously
-   (the warp copies its lanes' short runs together; runs longer than RUN are queued in chunks
-   of CHUNK for ``runs``). Writing the entries of `x` and of `y` from separate passes left
-   partial sectors that cost 50% more.
+5. ``fill``: per tile, no searching: the tile's entries of `x` and their runs of `y` are one
+   contiguous stretch of the result, written 32 consecutive positions a step (coalesced
+   reads of `y`, coalesced writes); a run after the tile's last entry longer than RUN is
+   queued in chunks of CHUNK for ``runs``, and tiles with long runs inside are written lane
+   by lane (runs longer than RUN queued too).
 
 Every warp does bounded work whatever the row lengths (long runs are spread over warps by the
 queue), so power-law rows need no balancing. Measured on an H100 for two 10^5 x 10^5 float32
-operands of 10^7 uniformly placed entries: tile_rows 13 us, match 94, scan 26 (cupy.cumsum
-37; the chunked version here replaced both), indptr 10, sync 15, fill 277, runs 10; about
-0.50-0.52 ms a call with the result allocated after the synchronisation, 0.48 with every
-kernel queued before it and the host's checks trimmed (the first kernel starts about 45 us
-after the call), where cuSPARSE's ``csrgeam`` (cupyx's ``x + y``) takes 4.7 ms.
+operands of 10^7 uniformly placed entries (Nsight Compute, one kernel at a time): tile_rows
+4 us (binary searches: 11), match 101, scan 6 (one block of 1024 threads: 26; cupy.cumsum:
+37), indptr 5, fill 173 (lane by lane: 284), runs 5; 0.35 ms a call (the first kernel starts
+about 45 us after it), where cuSPARSE's ``csrgeam`` (cupyx's ``x + y``) takes 4.7 ms.
 
 Operands that are not canonical (COO, unsorted or repeated positions) are sorted and summed
 first by ``sum_runs`` (cupyx's own summation turns a lone -0.0 into +0.0).
@@ -52,6 +52,7 @@ CHUNK = 2048  # entries of y a queued chunk of a long run
 SEG_BYTES = 2048  # shared memory a warp for the partner operand's indices of a tile's rows
 ROW_BYTES = 1024  # shared memory a warp for each operand's row pointers of a tile's rows
 MIN_BLOCKS = 4  # resident blocks an SM asked of the compiler (caps registers at 64)
+SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
 
 _SOURCE = r"""
 #include <cupy/complex.cuh>
@@ -102,19 +103,30 @@ __device__ __forceinline__ long long lower_bound(const I* __restrict__ idx, long
 // SEG), so that every search after the staging loads is a shared-memory one; tiles over more
 // rows or longer partner rows search global memory instead.
 #define TILE (32 * ITEMS)
+#define SCAN_TILE (4 * THREADS)  // counts a block of `scan`
+#define STEPS 4  // fill: steps of 32 slots whose loads are issued together
 #define SEG (SEG_BYTES / (int)sizeof(I))
 #define NROWS (ROW_BYTES / (int)sizeof(I) - 2)
 
+// Row r of x writes itself as the first row of the tiles starting in it and as the last row
+// of the tiles ending in it (a thread a row, no searching: binary searches a tile took 13 us).
+// Also zeroes the look-back flags and block tickets of `scan` and the run queue's counter.
 template <typename I>
 __global__ void xpops_sparse_divide_tile_rows(const I* __restrict__ xptr, const long long rows,
                                               const long long nx, I* __restrict__ first,
-                                              I* __restrict__ last) {
-    const long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (w >= (nx + TILE - 1) / TILE) return;
-    const long long base = w * TILE;
-    const long long r0 = row_in(xptr, 0, rows - 1, base);
-    first[w] = I(r0);
-    last[w] = I(row_in(xptr, r0, rows - 1, min(base + TILE, nx) - 1));
+                                              I* __restrict__ last,
+                                              unsigned long long* __restrict__ status,
+                                              unsigned long long* __restrict__ counters) {
+    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const long long chunks = ((nx + TILE - 1) / TILE + SCAN_TILE - 1) / SCAN_TILE;
+    for (long long i = r; i < chunks; i += (long long)gridDim.x * blockDim.x) status[i] = 0ull;
+    if (r < 2) counters[r] = 0ull;
+    if (r >= rows) return;
+    const long long e0 = xptr[r], e1 = xptr[r + 1];
+    for (long long w = e0 / TILE; w * TILE < e1; ++w) {  // the tiles overlapping the row
+        if (w * TILE >= e0) first[w] = I(r);
+        if (min(w * TILE + TILE, nx) <= e1) last[w] = I(r);
+    }
 }
 
 template <typename I> struct Tile {
@@ -212,7 +224,7 @@ __device__ __forceinline__ bool tile_entry(const Tile<I>& t, const long long e, 
     I* spptr = spptr_all[threadIdx.x >> 5];
 
 // Pass 1, over the tiles of x: each entry's lower bound in y (`lb`), one word of match bits
-// per 32 entries (bit l: y stores the lane's position too) and each tile's number of matches.
+// per 32 entries (bit l: y stores the lane's position too) and the matches before each tile.
 template <typename I>
 __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 xpops_sparse_divide_match(const I* __restrict__ xptr, const I* __restrict__ xidx,
@@ -246,71 +258,79 @@ xpops_sparse_divide_match(const I* __restrict__ xptr, const I* __restrict__ xidx
     }
 }
 
-// P[i] = matches in the tiles before tile i (P[0] = 0, n + 1 values), by one block of 1024
-// threads over chunks of 4096 counts staged in shared memory (coalesced loads and stores);
-// the tiles number nx / 256, a few tens of thousands, on which cupy.cumsum took 30-40 us.
-// Also zeroes the run queue's counter.
+// P[i] = matches in the tiles before tile i (P[0] = 0, n + 1 values): a block scans SCAN_TILE
+// counts, four a thread, and adds the counts of the blocks before it by decoupled look-back
+// (Merrill & Garland 2016). Blocks take their chunks in order (a ticket a block), so that a
+// block looks back only at blocks already running. The tiles number nx / 256, a few tens of
+// thousands, on which cupy.cumsum took 30-40 us, one block of 1024 threads 26 us, and a
+// look-back in `match` (a warp a tile) 60 us: warps waiting on their predecessors.
 template <typename I>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(THREADS)
 xpops_sparse_divide_scan(const I* __restrict__ counts, const long long n, I* __restrict__ P,
-                         unsigned long long* __restrict__ queued) {
-    __shared__ long long buf[4 * 1024];
-    __shared__ long long warp_sums[32];
+                         unsigned long long* __restrict__ tickets,
+                         unsigned long long* __restrict__ status) {
+    __shared__ long long warp_sums[THREADS / 32];
+    __shared__ unsigned long long chunk;
+    __shared__ long long chunk_before;
+    const unsigned full = 0xffffffffu;
     const int t = threadIdx.x, lane = t & 31, wid = t >> 5;
-    if (t == 0) {
-        P[0] = I(0);
-        *queued = 0ull;
+    if (t == 0) chunk = atomicAdd(tickets, 1ull);
+    __syncthreads();
+    const long long b = (long long)chunk, first = b * SCAN_TILE + 4 * t;
+    long long v[4], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        v[j] = first + j < n ? (long long)counts[first + j] : 0;
+        sum += v[j];
     }
-    long long carry = 0;
-    I next[4];  // the next chunk's counts: loaded before this chunk is scanned (latency hidden)
+    long long incl = sum;  // inclusive scan over the warp, then over the warps' totals
 #pragma unroll
-    for (int j = 0; j < 4; ++j) next[j] = j * 1024 + t < n ? counts[j * 1024 + t] : I(0);
-    for (long long base = 0; base < n; base += 4 * 1024) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            buf[j * 1024 + t] = (long long)next[j];
-            const long long i = base + 4 * 1024 + j * 1024 + t;
-            next[j] = i < n ? counts[i] : I(0);
-        }
-        __syncthreads();
-        long long v[4], sum = 0;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            v[j] = buf[4 * t + j];
-            sum += v[j];
-        }
-        long long incl = sum;  // inclusive scan over the warp, then over the warps' totals
+    for (int d = 1; d < 32; d <<= 1) {
+        const long long u = __shfl_up_sync(full, incl, d);
+        if (lane >= d) incl += u;
+    }
+    if (lane == 31) warp_sums[wid] = incl;
+    __syncthreads();
+    if (wid == 0) {
+        long long w = lane < THREADS / 32 ? warp_sums[lane] : 0;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
-            const long long u = __shfl_up_sync(0xffffffffu, incl, d);
-            if (lane >= d) incl += u;
+            const long long u = __shfl_up_sync(full, w, d);
+            if (lane >= d) w += u;
         }
-        if (lane == 31) warp_sums[wid] = incl;
-        __syncthreads();
-        if (wid == 0) {
-            long long w = warp_sums[lane];
+        if (lane < THREADS / 32) warp_sums[lane] = w;
+        const long long total = __shfl_sync(full, w, THREADS / 32 - 1);
+        // status[b]: the chunk's total (flag COUNTED), then the sum up to and including it
+        // (flag SUMMED); warp 0 reads 32 chunks back at a time
+        volatile unsigned long long* st = status;
+        const unsigned long long COUNTED = 1ull << 62, SUMMED = 2ull << 62, VALUE = COUNTED - 1;
+        if (lane == 0 && b > 0) st[b] = COUNTED | (unsigned long long)total;
+        long long before = 0;
+        for (long long j = b - 1; b > 0; j -= 32) {
+            unsigned long long word;
+            do {  // until every chunk of the window has its total
+                word = j - lane >= 0 ? st[j - lane] : SUMMED;
+            } while (__any_sync(full, (word >> 62) == 0));
+            const unsigned summed = __ballot_sync(full, (word >> 62) == 2);
+            long long u = (long long)(word & VALUE);
+            if (summed && lane > __ffs(summed) - 1) u = 0;  // past the nearest summed chunk
 #pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const long long u = __shfl_up_sync(0xffffffffu, w, d);
-                if (lane >= d) w += u;
-            }
-            warp_sums[lane] = w;
+            for (int d = 16; d > 0; d >>= 1) u += __shfl_xor_sync(full, u, d);
+            before += u;
+            if (summed) break;
         }
-        __syncthreads();
-        long long run = carry + incl - sum + (wid ? warp_sums[wid - 1] : 0);
+        if (lane == 0) {
+            st[b] = SUMMED | (unsigned long long)(before + total);
+            chunk_before = before;
+        }
+    }
+    __syncthreads();
+    long long run = chunk_before + incl - sum + (wid ? warp_sums[wid - 1] : 0);
+    if (first == 0) P[0] = I(0);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            run += v[j];
-            buf[4 * t + j] = run;  // each thread rewrites only the slots it read
-        }
-        carry += warp_sums[31];
-        __syncthreads();
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const long long i = base + j * 1024 + t;
-            if (i < n) P[i + 1] = I(buf[j * 1024 + t]);
-        }
-        __syncthreads();  // buf and warp_sums are reused by the next chunk
+    for (int j = 0; j < 4; ++j) {
+        run += v[j];
+        if (first + j < n) P[first + j + 1] = I(run);
     }
 }
 
@@ -342,14 +362,7 @@ __global__ void xpops_sparse_divide_indptr(const I* __restrict__ xptr, const I* 
     optr[r] = I(e + yptr[r] - before);
 }
 
-// Pass 2, over the same tiles of x, no searching: entry e of x goes to
-// q = e + lb[e] - (matches of x before e), holding x / y (or x / 0); the entries of y after it
-// and before the next entry of x (positions lb[e] + match .. lb[e + 1] - 1, all absent from
-// x: a "run") follow it at q + 1, q + 2, ..., holding 0 / y. So each warp writes one
-// contiguous stretch of the result (scattered writes from separate passes over x and y cost
-// 50% more). The warp copies its lanes' runs together (coalesced); runs longer than RUN are
-// queued in chunks of CHUNK entries for the `runs` kernel, so that no warp copies a long row
-// of y alone. Tile 0 queues the entries of y before the first entry of x.
+// Queues the run of y entries f0 .. f1 - 1 (output positions o + f) in chunks of CHUNK.
 __device__ __forceinline__ void queue_run(unsigned long long* __restrict__ count,
                                           long long* __restrict__ queue, const long long f0,
                                           const long long f1, const long long o) {
@@ -362,69 +375,191 @@ __device__ __forceinline__ void queue_run(unsigned long long* __restrict__ count
     }
 }
 
+// The warp's lanes' bits OR-ed together.
+__device__ __forceinline__ unsigned warp_or(unsigned v) {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_or_sync(0xffffffffu, v);
+#else
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v |= __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+#endif
+}
+
+// One tile of `fill` lane by lane: each lane writes its entries of x, the warp copies the
+// lanes' short runs together (coalesced reads of y, scattered writes), runs longer than RUN
+// are queued. Used for tiles whose slots (below) exceed the cap: long runs inside the tile.
+template <typename T, typename I>
+__device__ __forceinline__ void fill_tile_lanes(
+    const I* __restrict__ xidx, const T* __restrict__ xdat, const I* __restrict__ yidx,
+    const T* __restrict__ ydat, const I* __restrict__ lb, const unsigned* __restrict__ bits,
+    const long long w, long long c, const long long nx, const long long ny,
+    I* __restrict__ oidx, T* __restrict__ odat, unsigned long long* __restrict__ queued,
+    long long* __restrict__ queue) {
+    const unsigned full = 0xffffffffu;
+    const int lane = threadIdx.x & 31;
+    const unsigned below = (1u << lane) - 1u;
+#pragma unroll 2
+    for (int k = 0; k < ITEMS; ++k) {
+        const long long e = w * TILE + 32 * k + lane;
+        const unsigned b = bits[w * ITEMS + k];
+        const bool match = (b >> lane) & 1u;
+        const long long q = e - (c + __popc(b & below));
+        c += __popc(b);
+        long long f0 = 0, f1 = 0, o = 0;
+        if (e < nx) {
+            const long long p = lb[e];
+            oidx[q + p] = xidx[e];
+            odat[q + p] = quotient(xdat[e], match ? ydat[p] : T(0));
+            f0 = p + (match ? 1 : 0);
+            f1 = e + 1 < nx ? (long long)lb[e + 1] : ny;
+            o = q + p + 1 - f0;  // the output position of y entry f of the run is o + f
+        }
+        int len = (int)min(f1 - f0, (long long)RUN + 1);
+        if (len > RUN) {
+            queue_run(queued, queue, f0, f1, o);
+            len = 0;
+        }
+        // the short runs, copied by the whole warp: run of lane l covers slots
+        // [start_l, start_l + len_l) of the warp's total
+        int start = len;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int v = __shfl_up_sync(full, start, d);
+            if (lane >= d) start += v;
+        }
+        const int total = __shfl_sync(full, start, 31);
+        start -= len;
+        for (int j0 = 0; j0 < total; j0 += 32) {
+            const int j = j0 + lane;
+            int lo = 0, hi = 31;  // the last lane whose run starts at or before slot j
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) >> 1;
+                if (__shfl_sync(full, start, mid) <= j) lo = mid; else hi = mid - 1;
+            }
+            const long long f = __shfl_sync(full, f0, lo) + (j - __shfl_sync(full, start, lo));
+            const long long at = __shfl_sync(full, o, lo) + f;
+            if (j < total) {
+                oidx[at] = yidx[f];
+                odat[at] = quotient(T(0), ydat[f]);
+            }
+        }
+    }
+}
+
+// Pass 2, over the same tiles of x, no searching. Entry e of x goes to
+// q = e + lb[e] - (matches of x before e), holding x / y (or x / 0); the entries of y after it
+// and before the next entry of x (positions lb[e] + match .. lb[e + 1] - 1, all absent from
+// x: a "run") follow it, holding 0 / y. So a tile's result is one contiguous stretch of
+// "slots", and the warp writes it slot by slot, 32 consecutive slots a step (coalesced): each
+// entry's slot in the stretch is staged in shared memory (with its match bit), a step ORs the
+// bits of the entries landing in it into a word, and a slot's rank in the word's running
+// counts of x entries and of matches names its source: the x entry (count of x entries at or
+// before it) - 1, or else the y entry lb[base] + slot - (x entries) + (matches) at or before
+// it. Writing the entries of x and their runs lane by lane (scattered) took 60% longer. A
+// run after the tile's last entry longer than RUN is queued in chunks of CHUNK entries for the
+// `runs` kernel, and tiles of more than `cap` slots up to their last entry of x (long runs
+// inside) are written lane by lane, so that no warp copies a long row of y alone. Tile 0
+// queues the entries of y before the first entry of x.
 template <typename T, typename I>
 __global__ void __launch_bounds__(THREADS)
 xpops_sparse_divide_fill(const I* __restrict__ xidx, const T* __restrict__ xdat,
                          const I* __restrict__ yidx, const T* __restrict__ ydat,
                          const I* __restrict__ lb, const unsigned* __restrict__ bits,
                          const I* __restrict__ P, const long long nx, const long long ny,
-                         I* __restrict__ oidx, T* __restrict__ odat,
+                         const int cap, I* __restrict__ oidx, T* __restrict__ odat,
                          unsigned long long* __restrict__ queued, long long* __restrict__ queue) {
-    const unsigned full = 0xffffffffu;
+    __shared__ int slot_all[THREADS / 32][TILE];  // an entry's slot | its match bit << 31
+    int* slot = slot_all[threadIdx.x >> 5];
     const int lane = threadIdx.x & 31;
-    const unsigned below = (1u << lane) - 1u;
+    const unsigned below = (1u << lane) - 1u, upto = below | (1u << lane);
+    const int none = 0x7fffffff;  // past every slot, no match bit
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const long long tiles = (nx + TILE - 1) / TILE;
     for (long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; w < tiles;
          w += warps) {
         if (w == 0 && lane == 0 && lb[0] > 0) queue_run(queued, queue, 0, lb[0], 0);
-        long long c = P[w];
-#pragma unroll 2
-        for (int k = 0; k < ITEMS; ++k) {
-            const long long e = w * TILE + 32 * k + lane;
-            const unsigned b = bits[w * ITEMS + k];
-            const bool match = (b >> lane) & 1u;
-            const long long q = e - (c + __popc(b & below));
-            c += __popc(b);
-            long long f0 = 0, f1 = 0, o = 0;
-            if (e < nx) {
-                const long long p = lb[e];
-                oidx[q + p] = xidx[e];
-                odat[q + p] = quotient(xdat[e], match ? ydat[p] : T(0));
-                f0 = p + (match ? 1 : 0);
-                f1 = e + 1 < nx ? (long long)lb[e + 1] : ny;
-                o = q + p + 1 - f0;  // the output position of y entry f of the run is o + f
-            }
-            int len = (int)min(f1 - f0, (long long)RUN + 1);
-            if (len > RUN) {
-                queue_run(queued, queue, f0, f1, o);
-                len = 0;
-            }
-            // the short runs, copied by the whole warp: run of lane l covers slots
-            // [start_l, start_l + len_l) of the warp's total
-            int start = len;
+        const long long base = w * TILE, last = min(base + TILE, nx) - 1;
+        const long long c0 = P[w], matches = (long long)P[w + 1] - c0;
+        const long long lb0 = lb[base], lb_last = lb[last];
+        const int last_match = (bits[w * ITEMS + ((last - base) >> 5)] >> ((last - base) & 31)) & 1;
+        const long long s_last = (last - base) + (lb_last - lb0) - (matches - last_match);
+        if (s_last >= cap) {
+            fill_tile_lanes(xidx, xdat, yidx, ydat, lb, bits, w, c0, nx, ny, oidx, odat, queued,
+                            queue);
+            continue;
+        }
+        const long long out0 = base - c0 + lb0;  // the output position of slot 0 (entry base)
+        const long long tail0 = lb_last + last_match;  // the run after the tile's last entry
+        const long long tail1 = last + 1 < nx ? (long long)lb[last + 1] : ny;
+        int slots = (int)s_last + 1;
+        if (tail1 - tail0 > RUN) {
+            if (lane == 0) queue_run(queued, queue, tail0, tail1, out0 + slots - tail0);
+        } else {
+            slots += (int)(tail1 - tail0);
+        }
+        int c = 0;
 #pragma unroll
-            for (int d = 1; d < 32; d <<= 1) {
-                const int v = __shfl_up_sync(full, start, d);
-                if (lane >= d) start += v;
+        for (int k = 0; k < ITEMS; ++k) {
+            const int i = 32 * k + lane;
+            const unsigned b = bits[w * ITEMS + k];
+            int v = none;
+            if (base + i <= last) {
+                v = i + (int)((long long)lb[base + i] - lb0) - (c + __popc(b & below));
+                v |= (int)((b >> lane) & 1u) << 31;
             }
-            const int total = __shfl_sync(full, start, 31);
-            start -= len;
-            for (int j0 = 0; j0 < total; j0 += 32) {
-                const int j = j0 + lane;
-                int lo = 0, hi = 31;  // the last lane whose run starts at or before slot j
-                while (lo < hi) {
-                    const int mid = (lo + hi + 1) >> 1;
-                    if (__shfl_sync(full, start, mid) <= j) lo = mid; else hi = mid - 1;
+            slot[i] = v;
+            c += __popc(b);
+        }
+        __syncwarp();
+        // Every slot's sources are relative to the tile's: its x entry xb[i], or its y entry (or
+        // an x entry's partner) yb[j] with j = slot - (x entries) + (matches) at or before it.
+        const I* __restrict__ xb = xidx + base;
+        const T* __restrict__ xdb = xdat + base;
+        const I* __restrict__ yb = yidx + lb0;
+        const T* __restrict__ ydb = ydat + lb0;
+        I* __restrict__ ob = oidx + out0;
+        T* __restrict__ odb = odat + out0;
+        int xs = 0, ms = 0;  // entries of x and matches in the slots before this step's
+        for (int s0 = 0; s0 < slots; s0 += 32 * STEPS) {
+            // STEPS steps at once: their loads in flight together
+            int i[STEPS], j[STEPS];
+            bool is_x[STEPS], has_y[STEPS];
+#pragma unroll
+            for (int k = 0; k < STEPS; ++k) {
+                const int v = xs + lane < TILE ? slot[xs + lane] : none;
+                const int sv = v & none;  // >= this step's first slot: counted from xs on
+                const int first = s0 + 32 * k;
+                const unsigned bit = sv < first + 32 ? 1u << (sv - first) : 0u;
+                const unsigned xw = warp_or(bit), mw = warp_or(v < 0 ? bit : 0u);
+                const int xle = xs + __popc(xw & upto), mle = ms + __popc(mw & upto);
+                is_x[k] = (xw >> lane) & 1u;
+                has_y[k] = !is_x[k] || ((mw >> lane) & 1u);
+                i[k] = xle - 1;
+                j[k] = first + lane - xle + mle;
+                xs += __popc(xw);
+                ms += __popc(mw);
+            }
+            I col[STEPS];
+            T num[STEPS], den[STEPS];
+#pragma unroll
+            for (int k = 0; k < STEPS; ++k) {
+                if (s0 + 32 * k + lane < slots) {
+                    col[k] = is_x[k] ? xb[i[k]] : yb[j[k]];
+                    num[k] = is_x[k] ? xdb[i[k]] : T(0);
+                    den[k] = has_y[k] ? ydb[j[k]] : T(0);
                 }
-                const long long f = __shfl_sync(full, f0, lo) + (j - __shfl_sync(full, start, lo));
-                const long long at = __shfl_sync(full, o, lo) + f;
-                if (j < total) {
-                    oidx[at] = yidx[f];
-                    odat[at] = quotient(T(0), ydat[f]);
+            }
+#pragma unroll
+            for (int k = 0; k < STEPS; ++k) {
+                const int at = s0 + 32 * k + lane;
+                if (at < slots) {
+                    ob[at] = col[k];
+                    odb[at] = quotient(num[k], den[k]);
                 }
             }
         }
+        __syncwarp();  // the next tile restages
     }
 }
 
@@ -634,17 +769,19 @@ def divide(x: Any, y: Any) -> Any:
     n_x, n_y = np.int64(nx), np.int64(ny)
     first = cupy.empty(tiles, dtype=index)  # the rows of each tile's first and last entries
     last = cupy.empty(tiles, dtype=index)
-    args: tuple[Any, ...] = (xptr, np.int64(rows), n_x, first, last)
-    kernels["tile_rows"]((-(-tiles // THREADS),), (THREADS,), args)
+    chunks = -(-tiles // (4 * THREADS))  # blocks of `scan`
+    status = cupy.empty(chunks, dtype=np.uint64)  # look-back flags of `scan`
+    counters = cupy.empty(2, dtype=np.uint64)  # block tickets of `scan`, chunks queued by `fill`
+    args: tuple[Any, ...] = (xptr, np.int64(rows), n_x, first, last, status, counters)
+    kernels["tile_rows"]((-(-max(rows, chunks) // THREADS),), (THREADS,), args)
     lb = cupy.empty(nx, dtype=index)  # each entry's lower bound in y
     bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)
     counts = cupy.empty(tiles, dtype=index)
-    grid = (max(1, min(-(-tiles // (THREADS // 32)), _max_blocks())),)
     args = (xptr, xidx, yptr, yidx, first, last, n_x, lb, bits, counts)
-    kernels["match"](grid, (THREADS,), args)
+    kernels["match"](_grid(32 * tiles), (THREADS,), args)
     prefix = cupy.empty(tiles + 1, dtype=index)  # matches in the tiles before each
-    queued = cupy.empty(1, dtype=np.uint64)  # chunks of long runs queued by `fill`
-    kernels["scan"]((1,), (1024,), (counts, np.int64(tiles), prefix, queued))
+    kernels["scan"]((chunks,), (THREADS,), (counts, np.int64(tiles), prefix, counters, status))
+    queued = counters[1:]
     indptr = cupy.empty(rows + 1, dtype=index)
     args = (xptr, yptr, bits, prefix, np.int64(rows), n_x, indptr)
     kernels["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
@@ -654,8 +791,10 @@ def divide(x: Any, y: Any) -> Any:
     # idled while the host allocated them and launched the last two kernels.
     indices = cupy.empty(nx + ny, dtype=index)
     data = cupy.empty(nx + ny, dtype=dtype)
-    args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, indices, data, queued, queue)
-    kernels["fill"](grid, (THREADS,), args)
+    cap = np.int32(SLOTS_CAP)
+    args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, cap, indices, data, queued)
+    args += (queue,)
+    kernels["fill"](_grid(32 * tiles), (THREADS,), args)
     args = (yidx, yc.data, queued, queue, indices, data)
     kernels["runs"]((_max_blocks(),), (THREADS,), args)
     out = _make_csr(data, indices, indptr, x.shape)  # host work while the kernels run
