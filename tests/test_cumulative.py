@@ -536,16 +536,26 @@ def test_numpy_lengths_around_the_block(n):
         assert_scan_close(got, reference(x, 0, exclusive, reverse), 1e-9)
 
 
-@pytest.fixture
-def small_blocks(monkeypatch):
-    """Blocks of a few hundred elements, so that short inputs cross many of them."""
+@pytest.fixture(params=[False, True], ids=["one_thread", "helper_thread"])
+def small_blocks(request, monkeypatch):
+    """Blocks of a few hundred elements, so that short inputs cross many of them; all work on
+    the calling thread, or shared with a helper thread from any size."""
     e = numpy_engine()
     monkeypatch.setattr(e, "_BLOCK", 256)
     monkeypatch.setattr(e, "_CHUNK", 7)
     monkeypatch.setattr(e, "_ROW_LANES", 16)
     monkeypatch.setattr(e, "_TILE_LANES", 40)
     monkeypatch.setattr(e, "_TWO_LEVEL", 50)
-    return e
+    if not request.param:
+        monkeypatch.setattr(e, "helper_thread", lambda: None)
+        yield e
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        monkeypatch.setattr(e, "helper_thread", lambda: pool)
+        monkeypatch.setattr(e, "_THREAD_MIN", 0)
+        yield e
 
 
 def _mess_up(x, rng):
@@ -565,7 +575,7 @@ def _mess_up(x, rng):
     return x
 
 
-@pytest.mark.parametrize("shape", [(600, 20), (600, 3, 9), (9, 600), (3, 600, 4)])
+@pytest.mark.parametrize("shape", [(600, 20), (600, 3, 9), (9, 600), (3, 600, 4), (600, 36)])
 @pytest.mark.parametrize("dtype_name", ["float64", "float32", "complex128"])
 def test_numpy_lanes_leaving_the_fast_path(small_blocks, shape, dtype_name):
     rng = np.random.default_rng(21)
@@ -584,10 +594,50 @@ def test_numpy_lanes_leaving_the_fast_path(small_blocks, shape, dtype_name):
                 assert_scan_close(got, want, 1e-9)
 
 
+LONG_LANE_CASES = {
+    "plain": lambda x: x,
+    "nan_in_first_part": lambda x: _put(x, 100, nan),
+    "nan_in_rest": lambda x: _put(x, 900, nan),
+    "inf_in_first_part": lambda x: _put(x, 100, inf),
+    "inf_in_rest": lambda x: _put(x, 900, inf),
+    "inf_then_nan": lambda x: _put(_put(x, 100, inf), 1100, nan),
+    "first_part_all_minus_inf": lambda x: _put(x, slice(0, 800), -inf),
+    "rest_all_minus_inf": lambda x: _put(x, slice(500, None), -inf),
+    "all_minus_inf": lambda x: _put(x, slice(None), -inf),
+    "large_total": lambda x: x + 1000.0,
+    "small_total": lambda x: x - 1000.0,
+    "total_near_200": lambda x: x + 190.0,
+    "jump_after_the_split": lambda x: _put(x, 760, 2000.0),
+}
+
+
+def _put(x, where, value):
+    x = x.copy()
+    x[where] = value
+    return x
+
+
+@pytest.mark.parametrize("case", LONG_LANE_CASES)
+@pytest.mark.parametrize("dtype_name", ["float64", "float32"])
+def test_numpy_one_long_lane(small_blocks, case, dtype_name):
+    """One lane of several blocks: with the helper thread the part after the calling thread's
+    share starts from the exact total of that share, whatever it holds."""
+    x = LONG_LANE_CASES[case](np.random.default_rng(24).normal(0, 10, 1300)).astype(dtype_name)
+    for exclusive, reverse in itertools.product([False, True], repeat=2):
+        got = xpops.logcumsumexp(x, exclusive=exclusive, reverse=reverse)
+        want = reference(x, None, exclusive, reverse)
+        if dtype_name == "float32":
+            assert_scan_close(got, want, 2e-5, rtol=2.4e-7)
+        else:
+            assert_scan_close(got, want, 1e-10, rtol=1e-15)
+
+
 def test_numpy_engine_modes(small_blocks):
     """Short inputs through every layout of the engine, against the reference."""
     rng = np.random.default_rng(22)
-    for shape in [(1,), (2,), (700,), (5, 300), (300, 5), (2, 300, 30), (30, 2, 300), (60, 60)]:
+    shapes = [(1,), (2,), (700,), (5, 300), (300, 5), (2, 300, 30), (30, 2, 300), (60, 60)]
+    # one strided tile of enough lanes to be halved, along the leading or the trailing lanes
+    for shape in [*shapes, (300, 36), (4, 300, 9)]:
         x = rng.normal(0, 30, shape)
         for axis in range(len(shape)):
             for exclusive, reverse in itertools.product([False, True], repeat=2):

@@ -745,10 +745,10 @@ def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, help
     monkeypatch.setattr(engine, "BLOCK_ENTRIES", 37)
     if helper:
         pool = ThreadPoolExecutor(1)
-        monkeypatch.setattr(engine, "_helper", lambda: pool)
+        monkeypatch.setattr(engine, "helper_thread", lambda: pool)
         monkeypatch.setattr(engine, "HELPER_MIN_ENTRIES", 0)
     else:
-        monkeypatch.setattr(engine, "_helper", lambda: None)
+        monkeypatch.setattr(engine, "helper_thread", lambda: None)
     if not direct:
         monkeypatch.setattr(engine, "_csr_plus_csr", None)
     rng = np.random.default_rng(7)

@@ -28,21 +28,29 @@ for complex ones, and its carry restarts from its last output. A lane that only 
 -inf needs no redo. float32 and complex64 are computed in float64/complex128 (blockwise casts
 inside the ufuncs) and rounded once.
 
-Measured on the 2-core AMD EPYC (Zen 4) VM this was tuned on, float64, medians of interleaved
-runs (ms; the spread is between runs): 2**22 elements 18.7-23.8, against 73-75 for
-``numpy.logaddexp.accumulate`` and 76-80 for ``torch.logcumsumexp`` (2 threads); (2048, 2048)
-along axis 0: 15.1-17.1 (121-125; 60-65); along axis 1: 20.5-27 (102-108; 57-61). Of each, 4-6
-ms is the first touch of the new output's pages and about 8 is ``exp`` and ``log``. Accuracy
-against a long double reference, N(0, 10**2) input of length 2**20: float64 within 1.2e-14
-(3.2e-14 reversed), float32 within 1.9e-6 (the float32 rounding of outputs near 50). Threads
-did not pay here: two threads making small NumPy calls slow each other down on the GIL (1-D
-and axis 0 were slower, axis 1 15% faster), and computing ``exp`` ahead on a helper thread
-gained nothing (the work buffer then moves between cores).
+Measured on the 2-core AMD EPYC (Zen 4) VM this was tuned on, float64, on one thread, medians
+of interleaved runs (ms; the spread is between runs): 2**22 elements 17.9-19.7, against 73-77
+for ``numpy.logaddexp.accumulate`` and 73-78 for ``torch.logcumsumexp`` (2 threads); (2048,
+2048) along axis 0: 13.4-15.7 (117-122; 57-60); along axis 1: 18.6-20.7 (106-108; 55-57). Of
+each, 4-6 ms is the first touch of the new output's pages and about 8 is ``exp`` and ``log``.
+
+With more than one core (from _THREAD_MIN elements) the helper thread takes half of the work:
+half of the tiles, or half of the lanes of a single strided tile, or, for one long real lane,
+the part after the calling thread's first _SPLIT_FIRST, started from the exact total of that
+first part (a max pass and one ``exp`` pass over it, which the helper does first). Same
+machine and runs: 2**22 elements 13.9-17.2 (first shares of 0.55 to 0.75 measured alike),
+axis 0 12.2-15.0 (each thread's row adds cover half the lanes: twice the NumPy calls, which
+hold the GIL), axis 1 11.9-17.4. Computing ``exp`` ahead on a helper thread instead gained
+nothing (the work buffer then moves between cores). Accuracy against a long double reference,
+N(0, 10**2) input of length 2**20: float64 within 1.2e-14 (1.3e-14 reversed), on one thread
+or two; float32 within 1.9e-6 (the float32 rounding of outputs near 50).
 """
 
 import math
 
 import numpy as np
+
+from ._threads import helper_thread
 
 __all__ = ["logcumsumexp"]
 
@@ -58,6 +66,8 @@ _RENORM_LO = 2.0**-300  # keep the scaled carry c within [_RENORM_LO, _RENORM_HI
 _RENORM_HI = 2.0**300
 _REF_SPAN = 256.0  # a lane starts with reference 0 when its first element is within this of 0
 _FINITE_MAX = np.finfo(np.float64).max
+_THREAD_MIN = 1 << 18  # from this many elements the helper thread takes part of the work
+_SPLIT_FIRST = 0.65  # one long lane: the share of it (in scan order) the calling thread scans
 
 
 class _State:
@@ -102,6 +112,16 @@ class _State:
             self.m[renorm] += np.log(size[renorm])
             self.c[renorm] /= size[renorm]
             self.shift = bool(self.m.any())
+
+    def seed(self, total: float) -> None:
+        """Start every lane from the exact carry `total` (the log of the sum before them)."""
+        if math.isfinite(total) and abs(total) < 200.0:  # c stays within the renorm range
+            self.m[...] = 0.0
+            self.c[...] = math.exp(total)
+            self.fresh = self.shift = False
+        else:
+            sel = np.nonzero(np.ones(self.m.shape, dtype=bool))
+            self.restart(sel, np.full(self.m.size, total))
 
     def restart(self, sel: tuple[np.ndarray, ...], value: np.ndarray) -> None:
         """Make ``value`` (exact last outputs of the lanes `sel`) their carry."""
@@ -386,15 +406,37 @@ def logcumsumexp(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np
 
 
 def _scan(S: np.ndarray, D: np.ndarray, wide: type) -> None:
-    """Inclusive scan of (A, n, P) views along axis 1 in scan order, into D."""
+    """Inclusive scan of (A, n, P) views along axis 1 in scan order, into D.
+
+    From _THREAD_MIN elements the work is shared with the helper thread (NumPy's loops
+    release the GIL): half of the tiles, half of the lanes of a single tile, or, for one
+    long real lane, the part after its first _SPLIT_FIRST, started from the exact total of
+    that first part (see `_split_lane`).
+    """
     A, n, P = S.shape
+    helper = helper_thread() if S.size >= _THREAD_MIN else None
     if A * P >= _ROW_LANES and P >= _ROW_RUN:
         tp = min(P, _TILE_LANES)
         ta = max(1, min(A, _TILE_LANES // tp))
-        for a in range(0, A, ta):
-            for p in range(0, P, tp):
-                tile = (slice(a, a + ta), slice(None), slice(p, p + tp))
+        tiles = [
+            (slice(a, a + ta), slice(None), slice(p, p + tp))
+            for a in range(0, A, ta)
+            for p in range(0, P, tp)
+        ]
+        if helper is not None and len(tiles) == 1 and A * P >= 2 * _ROW_LANES:
+            if A >= 2:  # halve the single tile's lanes
+                tiles = [(slice(0, A // 2), slice(None)), (slice(A // 2, A), slice(None))]
+            else:
+                tiles = [
+                    (slice(None), slice(None), slice(0, P // 2)),
+                    (slice(None), slice(None), slice(P // 2, P)),
+                ]
+
+        def slabs(part: list) -> None:
+            for tile in part:
                 _run_slab(S[tile], D[tile], wide)
+
+        _share(helper, tiles, slabs)
         return
     St, Dt = S.transpose(0, 2, 1), D.transpose(0, 2, 1)
     rev = St.strides[-1] < 0
@@ -403,7 +445,72 @@ def _scan(S: np.ndarray, D: np.ndarray, wide: type) -> None:
     lanes = max(1, _BLOCK // n) if n <= _BLOCK else 1
     tp = min(P, lanes)
     ta = max(1, min(A, lanes // tp))
-    for a in range(0, A, ta):
-        for p in range(0, P, tp):
-            idx = (slice(a, a + ta), slice(p, p + tp))
+    tiles = [(slice(a, a + ta), slice(p, p + tp)) for a in range(0, A, ta) for p in range(0, P, tp)]
+    if helper is not None and A * P == 1 and wide is np.float64 and n >= 2 * _BLOCK:
+        _split_lane(helper, St[0, 0], Dt[0, 0], rev)
+        return
+
+    def rows(part: list) -> None:
+        for idx in part:
             _run_rows(St[idx], Dt[idx], rev, wide, _State(St[idx].shape[:-1], wide))
+
+    _share(helper, tiles, rows)
+
+
+def _share(helper, parts: list, run) -> None:
+    """``run(parts)``, the second half of `parts` on the helper thread if there is one."""
+    if helper is None or len(parts) < 2:
+        run(parts)
+        return
+    half = len(parts) // 2
+    job = helper.submit(_quietly, run, parts[half:])
+    try:
+        run(parts[:half])
+    finally:
+        job.result()
+
+
+def _quietly(run, *args) -> None:
+    """``run(*args)`` with NumPy's floating-point warnings off (errstate is per thread)."""
+    with np.errstate(all="ignore"):
+        run(*args)
+
+
+def _split_lane(helper, s: np.ndarray, d: np.ndarray, rev: bool) -> None:
+    """Scan one long real lane `s` (memory order; backwards if `rev`) into `d` on two threads.
+
+    This thread scans the first _SPLIT_FIRST of it (in scan order); the helper meanwhile sums
+    ``exp`` of that part (one pass, about a third of a scan's cost an element) and scans the
+    rest from that total, so both finish at about the same time.
+    """
+    n = s.shape[0]
+    k = int(n * _SPLIT_FIRST)
+    first, rest = (slice(n - k, n), slice(0, n - k)) if rev else (slice(0, k), slice(k, n))
+
+    def scan_rest() -> None:
+        st = _State((1, 1), np.float64)
+        st.seed(_log_total(s[first]))
+        _run_rows(s[rest][None, None], d[rest][None, None], rev, np.float64, st)
+
+    job = helper.submit(_quietly, scan_rest)
+    try:
+        st = _State((1, 1), np.float64)
+        _run_rows(s[first][None, None], d[first][None, None], rev, np.float64, st)
+    finally:
+        job.result()
+
+
+def _log_total(seg: np.ndarray) -> float:
+    """``log(sum(exp(seg)))`` of a real 1-D segment, in float64: NaN if it holds a NaN, +inf
+    if it holds +inf, -inf if it is all -inf; blockwise, shifted by the maximum."""
+    top = float(np.max(seg))
+    if not math.isfinite(top):
+        return top
+    buf = np.empty(min(seg.size, _BLOCK))
+    total = 0.0
+    for j in range(0, seg.size, _BLOCK):
+        b = buf[: min(_BLOCK, seg.size - j)]
+        np.subtract(seg[j : j + _BLOCK], top, out=b, dtype=np.float64)
+        np.exp(b, out=b)
+        total += float(np.sum(b))
+    return top + math.log(total)

@@ -31,13 +31,12 @@ through the public ``+`` took 10.8 ms. A merge written in NumPy (stable argsort 
 keys) took 39 ms, and ``searchsorted`` of the keys alone 13 ms.
 """
 
-import functools
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+
+from ._threads import helper_thread
 
 try:  # SciPy's compiled CSR addition, without the wrapper objects of csr_array.__add__
     from scipy.sparse._sparsetools import csr_plus_csr as _csr_plus_csr
@@ -52,16 +51,6 @@ BLOCK_ENTRIES = 1 << 16
 # From this many entries of x and y together, a second thread merges half of the row blocks
 # (SciPy's CSR addition and NumPy's arithmetic release the GIL).
 HELPER_MIN_ENTRIES = 1 << 18
-
-
-@functools.cache
-def _helper() -> ThreadPoolExecutor | None:
-    """One worker thread for the second half of a merge; None on a single core."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return ThreadPoolExecutor(1, thread_name_prefix="xpops-sparse") if cores > 1 else None
 
 
 def _quotient_dtype(dx: np.dtype, dy: np.dtype) -> np.dtype:
@@ -192,7 +181,7 @@ def _merge(x: Any, y: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.
         return nnz
 
     blocks = len(bounds) - 1
-    helper = _helper() if blocks >= 2 and maxnnz >= HELPER_MIN_ENTRIES else None
+    helper = helper_thread() if blocks >= 2 and maxnnz >= HELPER_MIN_ENTRIES else None
     if helper is None:
         nnz = run(0, blocks) if blocks else 0
     else:
