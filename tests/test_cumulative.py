@@ -552,8 +552,10 @@ def small_blocks(request, monkeypatch):
         return
     from concurrent.futures import ThreadPoolExecutor
 
+    from xpops._numpy._threads import Helper
+
     with ThreadPoolExecutor(1) as pool:
-        monkeypatch.setattr(e, "helper_thread", lambda: pool)
+        monkeypatch.setattr(e, "helper_thread", lambda: Helper(pool))
         monkeypatch.setattr(e, "_THREAD_MIN", 0)
         yield e
 
@@ -630,6 +632,51 @@ def test_numpy_one_long_lane(small_blocks, case, dtype_name):
             assert_scan_close(got, want, 2e-5, rtol=2.4e-7)
         else:
             assert_scan_close(got, want, 1e-10, rtol=1e-15)
+
+
+def test_numpy_busy_helper_thread(monkeypatch):
+    """A call that finds the helper thread busy with another call's work does all of its own
+    work on the calling thread, with the same results."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from xpops._numpy._threads import Helper
+
+    e = numpy_engine()
+    monkeypatch.setattr(e, "_BLOCK", 256)
+    monkeypatch.setattr(e, "_THREAD_MIN", 0)
+    with ThreadPoolExecutor(1) as pool:
+        helper = Helper(pool)
+        monkeypatch.setattr(e, "helper_thread", lambda: helper)
+        release = threading.Event()
+        blocker = helper.try_submit(release.wait, 30)
+        assert blocker is not None
+        assert helper.try_submit(lambda: None) is None  # busy: nothing queued
+        try:
+            rng = np.random.default_rng(25)
+            for x, axis in [(rng.normal(0, 10, 1300), 0), (rng.normal(0, 10, (40, 300)), 1)]:
+                for exclusive, reverse in itertools.product([False, True], repeat=2):
+                    got = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+                    assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-10)
+        finally:
+            release.set()
+        assert blocker.result(timeout=30)
+        assert helper.try_submit(int, "7").result(timeout=30) == 7  # free again
+
+
+def test_helper_thread_follows_omp_num_threads(monkeypatch):
+    from xpops._numpy import _threads
+
+    _threads.helper_thread.cache_clear()
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        assert _threads.helper_thread() is None
+        _threads.helper_thread.cache_clear()
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")
+        monkeypatch.setattr(_threads.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+        assert _threads.helper_thread() is not None
+    finally:
+        _threads.helper_thread.cache_clear()
 
 
 def test_numpy_engine_modes(small_blocks):

@@ -730,25 +730,29 @@ def test_scalar_dtype_rules(scipy_only):
 # ---- the SciPy engine's row blocks and its fallback ----------------------------------------------
 
 
-@pytest.mark.parametrize("helper", [False, True], ids=["one_thread", "helper_thread"])
+@pytest.mark.parametrize("helper", ["none", "free", "busy"])
 @pytest.mark.parametrize("direct", [True, False], ids=["csr_plus_csr", "public_add"])
 @pytest.mark.parametrize("zeros", [0.0, 0.2], ids=["values", "positions"])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
 def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, helper):
     """Many small row blocks (rows longer than a block, empty rows), through SciPy's compiled
     addition called directly and through its public operator, with the second half of the
-    blocks on the helper thread (moved down after the first) or all on the calling thread."""
+    blocks on the helper thread (moved down after the first) or all on the calling thread (no
+    helper, or one busy with another call)."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     from xpops._numpy import sparse as engine
+    from xpops._numpy._threads import Helper
 
     monkeypatch.setattr(engine, "BLOCK_ENTRIES", 37)
-    if helper:
-        pool = ThreadPoolExecutor(1)
-        monkeypatch.setattr(engine, "helper_thread", lambda: pool)
-        monkeypatch.setattr(engine, "HELPER_MIN_ENTRIES", 0)
-    else:
-        monkeypatch.setattr(engine, "helper_thread", lambda: None)
+    monkeypatch.setattr(engine, "HELPER_MIN_ENTRIES", 0)
+    pool = ThreadPoolExecutor(1)
+    shared = Helper(pool) if helper != "none" else None
+    monkeypatch.setattr(engine, "helper_thread", lambda: shared)
+    release = threading.Event()
+    if helper == "busy":
+        assert shared.try_submit(release.wait, 30) is not None
     if not direct:
         monkeypatch.setattr(engine, "_csr_plus_csr", None)
     rng = np.random.default_rng(7)
@@ -756,7 +760,11 @@ def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, help
     rows = np.concatenate([np.arange(0, 40, 3), np.full(20, 5)])  # row 5 is long
     x = random_entries(rng, shape, 400, zeros=zeros, rows=rows)
     y = random_entries(rng, shape, 350, zeros=zeros, rows=rows[::2])
-    run_and_check(scipy_only, "csr", x, dtype, "coo", y, dtype, shape)
+    try:
+        run_and_check(scipy_only, "csr", x, dtype, "coo", y, dtype, shape)
+    finally:
+        release.set()
+        pool.shutdown()
 
 
 # ---- N-D COO (SciPy) -----------------------------------------------------------------------------

@@ -34,16 +34,17 @@ for ``numpy.logaddexp.accumulate`` and 73-78 for ``torch.logcumsumexp`` (2 threa
 2048) along axis 0: 13.4-15.7 (117-122; 57-60); along axis 1: 18.6-20.7 (106-108; 55-57). Of
 each, 4-6 ms is the first touch of the new output's pages and about 8 is ``exp`` and ``log``.
 
-With more than one core (from _THREAD_MIN elements) the helper thread takes half of the work:
-half of the tiles, or half of the lanes of a single strided tile, or, for one long real lane,
-the part after the calling thread's first _SPLIT_FIRST, started from the exact total of that
-first part (a max pass and one ``exp`` pass over it, which the helper does first). Same
-machine and runs: 2**22 elements 13.9-17.2 (first shares of 0.55 to 0.75 measured alike),
-axis 0 12.2-15.0 (each thread's row adds cover half the lanes: twice the NumPy calls, which
-hold the GIL), axis 1 11.9-17.4. Computing ``exp`` ahead on a helper thread instead gained
-nothing (the work buffer then moves between cores). Accuracy against a long double reference,
-N(0, 10**2) input of length 2**20: float64 within 1.2e-14 (1.3e-14 reversed), on one thread
-or two; float32 within 1.9e-6 (the float32 rounding of outputs near 50).
+With a free helper thread (``_threads.helper_thread``; from _THREAD_MIN elements) it takes
+half of the work: half of the tiles, or half of the lanes of a single strided tile, or, for
+one long real lane, the part after the calling thread's first _SPLIT_FIRST, started from the
+exact total of that first part (a max pass and one ``exp`` pass over it, which the helper
+does first). Same machine and runs: 2**22 elements 13.9-17.2 (first shares of 0.55 to 0.75
+measured alike), axis 0 12.2-15.0 (each thread's row adds cover half the lanes: twice the
+NumPy calls, which hold the GIL), axis 1 11.9-17.4. Computing ``exp`` ahead on a helper
+thread instead gained nothing (the work buffer then moves between cores). Accuracy against
+a long double reference, N(0, 10**2) input of length 2**20: float64 within 1.2e-14 (1.3e-14
+reversed), on one thread or two; float32 within 1.9e-6 (the float32 rounding of outputs near
+50).
 """
 
 import math
@@ -458,12 +459,12 @@ def _scan(S: np.ndarray, D: np.ndarray, wide: type) -> None:
 
 
 def _share(helper, parts: list, run) -> None:
-    """``run(parts)``, the second half of `parts` on the helper thread if there is one."""
-    if helper is None or len(parts) < 2:
+    """``run(parts)``, the second half of `parts` on the helper thread if there is a free one."""
+    half = len(parts) // 2
+    job = helper.try_submit(_quietly, run, parts[half:]) if helper and half else None
+    if job is None:
         run(parts)
         return
-    half = len(parts) // 2
-    job = helper.submit(_quietly, run, parts[half:])
     try:
         run(parts[:half])
     finally:
@@ -492,12 +493,15 @@ def _split_lane(helper, s: np.ndarray, d: np.ndarray, rev: bool) -> None:
         st.seed(_log_total(s[first]))
         _run_rows(s[rest][None, None], d[rest][None, None], rev, np.float64, st)
 
-    job = helper.submit(_quietly, scan_rest)
+    job = helper.try_submit(_quietly, scan_rest)
+    if job is None:  # the helper is busy with another call: the whole lane on this thread
+        first = slice(None)
     try:
         st = _State((1, 1), np.float64)
         _run_rows(s[first][None, None], d[first][None, None], rev, np.float64, st)
     finally:
-        job.result()
+        if job is not None:
+            job.result()
 
 
 def _log_total(seg: np.ndarray) -> float:

@@ -17,9 +17,10 @@ call touched fresh memory, which doubled the float64 time. ``csr_plus_csr`` is c
 (private to SciPy, so the public ``+`` is the fallback), writing the block's column indices
 straight into the result.
 
-With more than one core and at least HELPER_MIN_ENTRIES entries, a helper thread merges the
-second half of the blocks from where they would start if no position were stored in both, and
-they are moved down after the first half ends (one copy of half the result).
+With at least HELPER_MIN_ENTRIES entries and a free helper thread (``_threads.helper_thread``),
+the helper merges the second half of the blocks from where they would start if no position
+were stored in both, and they are moved down after the first half ends (one copy of half the
+result).
 
 Measured on the 2-core AMD EPYC (Zen 4) VM, two 20000 x 20000 CSR matrices of density 1e-3
 (400k entries each), against SciPy's own ``x + y`` (the same merge): on one thread float64
@@ -182,15 +183,17 @@ def _merge(x: Any, y: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.
 
     blocks = len(bounds) - 1
     helper = helper_thread() if blocks >= 2 and maxnnz >= HELPER_MIN_ENTRIES else None
-    if helper is None:
+    half = blocks // 2
+    # the helper merges the second half of the blocks while this thread does the first; then
+    # the second half moves down to where the first ended
+    job = helper.try_submit(run, half, blocks) if helper is not None else None
+    if job is None:
         nnz = run(0, blocks) if blocks else 0
     else:
-        # the helper merges the second half of the blocks while this thread does the first;
-        # then the second half moves down to where the first ended
-        half = blocks // 2
-        job = helper.submit(run, half, blocks)
-        nnz = run(0, half)
-        end = job.result()
+        try:
+            nnz = run(0, half)
+        finally:
+            end = job.result()
         gap = before[half] - nnz
         if gap:
             indices[nnz : end - gap] = indices[before[half] : end]
