@@ -446,10 +446,10 @@ def _scan(S: np.ndarray, D: np.ndarray, wide: type) -> None:
     lanes = max(1, _BLOCK // n) if n <= _BLOCK else 1
     tp = min(P, lanes)
     ta = max(1, min(A, lanes // tp))
-    tiles = [(slice(a, a + ta), slice(p, p + tp)) for a in range(0, A, ta) for p in range(0, P, tp)]
     if helper is not None and A * P == 1 and wide is np.float64 and n >= 2 * _BLOCK:
         _split_lane(helper, St[0, 0], Dt[0, 0], rev)
         return
+    tiles = [(slice(a, a + ta), slice(p, p + tp)) for a in range(0, A, ta) for p in range(0, P, tp)]
 
     def rows(part: list) -> None:
         for idx in part:
