@@ -19,3 +19,16 @@ class Case:
     bandwidth: str
     run: Callable[[], Any]
     peers: dict[str, Callable[[], Any]] = field(default_factory=dict)
+
+
+def import_jax() -> Any:
+    """JAX set up as a GPU peer: no preallocation of most of the device's memory at import,
+    and 64-bit mode on (without it JAX silently turns float64 inputs into float32, and its
+    float64 figures would be float32 ones). Raises ImportError without JAX."""
+    import os
+
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    return jax

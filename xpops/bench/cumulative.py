@@ -1,12 +1,11 @@
 """Benchmark cases of logcumsumexp (read once, write once: compared with the copy rate)."""
 
 import functools
-import os
 from typing import Any
 
 import xpops
 
-from ._case import Case
+from ._case import Case, import_jax
 
 # (shape, axis, dtype): the cases named in the issue, and scaled-down ones for the CPU.
 GPU_CASES = [
@@ -42,13 +41,10 @@ def _peers(backend: str, x: Any, axis: int | None) -> dict[str, Any]:
     except ImportError:
         pass
     if backend == "cupy":
-        # JAX would otherwise reserve most of the GPU's memory for itself at import
-        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         try:
-            import jax
-            import jax.numpy as jnp
-
-            j = jnp.asarray(x.get())
+            jax = import_jax()
+            j = jax.numpy.asarray(x.get())
+            assert j.dtype == x.dtype, (j.dtype, x.dtype)
             j = j.reshape(-1) if axis is None else j
             scan = jax.jit(lambda a: jax.lax.cumlogsumexp(a, axis=dim))
             peers["jax"] = lambda: scan(j).block_until_ready()

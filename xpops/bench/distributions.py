@@ -5,11 +5,10 @@ case is compute-bound and reported against SciPy's ``multivariate_normal.cdf`` p
 """
 
 import functools
-import os
 from collections.abc import Callable
 from typing import Any
 
-from ._case import Case
+from ._case import Case, import_jax
 
 # (points, D, dtype)
 CPU_DENSITY_CASES = [(1_000_000, 16, "float64"), (1_000_000, 16, "float32")]
@@ -95,14 +94,13 @@ def _cupy_density_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callabl
             peers["torch sample"] = functools.partial(dist.sample, (n,))
     except ImportError:
         pass
-    # JAX would otherwise reserve most of the GPU's memory for itself at import
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
-        import jax
-        import jax.scipy.stats
+        jax = import_jax()
+        from jax.scipy.stats import multivariate_normal as jax_mvn
 
         jloc, jcov, jx = (jax.numpy.asarray(a.get()) for a in (loc, cov, x))
-        logpdf = jax.jit(jax.scipy.stats.multivariate_normal.logpdf)
+        assert jx.dtype == x.dtype, (jx.dtype, x.dtype)
+        logpdf = jax.jit(jax_mvn.logpdf)
         peers["jax log_prob"] = lambda: logpdf(jx, jloc, jcov).block_until_ready()
         jl = jax.numpy.linalg.cholesky(jcov)
 

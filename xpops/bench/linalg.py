@@ -5,12 +5,11 @@ read once, the right-hand sides read once and the result written once.
 """
 
 import functools
-import os
 from typing import Any
 
 import xpops
 
-from ._case import Case
+from ._case import Case, import_jax
 
 # (batch, M, K, dtype): the cases named in the issue
 GPU_CASES = [
@@ -66,14 +65,13 @@ def _torch_peer(backend: str, b: Any, factor: Any) -> dict[str, Any]:
 
 def _gpu_peers(b: Any, factor: Any) -> dict[str, Any]:
     peers: dict[str, Any] = {}
-    # JAX would otherwise reserve most of the GPU's memory for itself at import
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
-        import jax
-        import jax.scipy.linalg
+        jax = import_jax()
+        from jax.scipy.linalg import cho_solve as jax_cho_solve
 
         jb, jl = jax.numpy.asarray(b.get()), jax.numpy.asarray(factor.get())
-        solve = jax.jit(lambda lo, rhs: jax.scipy.linalg.cho_solve((lo, True), rhs))
+        assert jb.dtype == b.dtype, (jb.dtype, b.dtype)
+        solve = jax.jit(lambda lo, rhs: jax_cho_solve((lo, True), rhs))
         peers["jax"] = lambda: solve(jl, jb).block_until_ready()
     except ImportError:
         pass
