@@ -81,6 +81,9 @@ def _check_shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[tuple[int, 
     return (*batch, m, xs[-1]), False
 
 
+_cuda_engine: Any = None  # xpops._cupy.linalg once imported (an import statement costs host time)
+
+
 def _cupy_fast_path(x: Any, y: Any, upper: Any) -> Any:
     """The CuPy engine's result for the common call (two CuPy arrays of one float or complex
     dtype, same batch shape, nothing empty), or None: the checks of the general path cost
@@ -103,9 +106,12 @@ def _cupy_fast_path(x: Any, y: Any, upper: Any) -> Any:
         or x.data.device_id != y.data.device_id  # cheaper than comparing x.device objects
     ):
         return None
-    from .._cupy import linalg as cuda_engine
+    global _cuda_engine
+    if _cuda_engine is None:
+        from .._cupy import linalg
 
-    return cuda_engine.cholesky_solve(x, y, upper)
+        _cuda_engine = linalg
+    return _cuda_engine.solve_same_batch(x, y, upper)
 
 
 def cholesky_solve(x: Array, y: Array, /, upper: bool = False) -> Array:
