@@ -425,6 +425,21 @@ def test_mvn_sample_in_chunks():
         d.sample((4,), rng=np.random.default_rng(0), chunks=2)
 
 
+def test_mvn_parameters_enter_the_graph_once():
+    """The in-memory distribution is one input of the graph (fetched once by each worker), not
+    a constant pickled into every task."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    rng = np.random.default_rng(8)
+    d = _mvn(rng, (2,), 3)
+    dv = da.from_array(rng.standard_normal((40, 2, 3)), chunks=(5, 2, 3))
+    factor = np.ascontiguousarray(d.scale_tril).tobytes()
+    for out in (d.log_prob(dv), d.cdf(dv, rng=1), d.sample((40,), rng=1, chunks=5)):
+        graph = dict(out.__dask_graph__())
+        holders = [k for k, v in graph.items() if factor in cloudpickle.dumps(v)]
+        assert len(holders) == 1, holders
+        assert len(graph) > 8
+
+
 def to_cov(d):
     return np.asarray(d.covariance_matrix)
 

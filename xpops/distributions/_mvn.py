@@ -61,6 +61,15 @@ def _all(xp: Namespace, condition: Array) -> bool:
     return bool(xp.all(condition))
 
 
+def _graph_input(dist: "MultivariateNormal") -> Any:
+    """`dist` as one input of a Dask graph (a key of its own that each worker fetches once),
+    not a constant inside every task, whose parameters would then be serialized for every
+    task."""
+    import dask
+
+    return dask.delayed(dist, pure=False, traverse=False)
+
+
 class MultivariateNormal:
     r"""Multivariate normal distributions, batched over their parameters.
 
@@ -407,22 +416,24 @@ class MultivariateNormal:
         xp = self._xp
         full = (*self._batch_shape, self._d)
 
-        def chunk(block: Any, block_info: Any = None) -> Any:
+        def chunk(block: Any, dist: Any, block_info: Any = None) -> Any:
             where = block_info[0]["array-location"]
             sl = tuple(slice(a, b) for a, b in where[len(where) - 1 - nb : len(where) - 1])
-            sub = copy.copy(self)
-            sub._loc = xp.broadcast_to(self._loc, full)[sl]
-            sub._tril = xp.broadcast_to(self._tril, (*full, self._d))[sl]
+            sub = copy.copy(dist)
+            sub._loc = xp.broadcast_to(dist._loc, full)[sl]
+            sub._tril = xp.broadcast_to(dist._tril, (*full, dist._d))[sl]
             sub._batch_shape = tuple(b - a for a, b in where[len(where) - 1 - nb : len(where) - 1])
-            sub._linv_t = None if nb else self._linv_t
+            sub._linv_t = None if nb else dist._linv_t
             sub._fused = None
             out = getattr(sub, method)(block, **kw)
             return xp.stack(out, axis=-1) if out_axis else out
 
+        dist = _graph_input(self)
         if out_axis:
-            out = v.map_blocks(chunk, dtype=self._dtype, chunks=(*v.chunks[:-1], (out_axis,)))
+            chunks = (*v.chunks[:-1], (out_axis,))
+            out = v.map_blocks(chunk, dist, dtype=self._dtype, chunks=chunks)
             return tuple(out[..., i] for i in range(out_axis))
-        return v.map_blocks(chunk, drop_axis=len(batch), dtype=self._dtype)
+        return v.map_blocks(chunk, dist, drop_axis=len(batch), dtype=self._dtype)
 
     # ---- densities, moments, sampling -------------------------------------------------------
 
@@ -599,9 +610,8 @@ class MultivariateNormal:
         full_chunks = (*sample_chunks, *((n,) for n in tail))
         blocks = [len(c) for c in sample_chunks]
         entropy = np.random.SeedSequence(None if rng is None else int(rng)).entropy
-        sampler = copy.copy(self)
 
-        def draw(block_info: Any = None) -> Any:
+        def draw(sampler: Any, block_info: Any = None) -> Any:
             where = block_info[None]["chunk-location"][: len(blocks)]
             index = int(np.ravel_multi_index(where, blocks)) if blocks else 0
             child = np.random.SeedSequence(entropy, spawn_key=(index,))  # not a list per task
@@ -610,7 +620,8 @@ class MultivariateNormal:
             return sampler.rsample(tuple(size), rng=seed)
 
         meta = xp.empty((0,) * len(full_chunks), dtype=self._dtype)
-        return da.map_blocks(draw, dtype=self._dtype, chunks=full_chunks, meta=meta)
+        sampler = _graph_input(copy.copy(self))
+        return da.map_blocks(draw, sampler, dtype=self._dtype, chunks=full_chunks, meta=meta)
 
     def kl_divergence(self, other: "MultivariateNormal") -> Array:
         """``KL(self || other)``, shape ``broadcast(self.batch_shape, other.batch_shape)``."""
