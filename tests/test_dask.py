@@ -368,6 +368,23 @@ def test_sparse_divide_dask_errors():
 # ---- a cluster of two worker processes ----------------------------------------------------------
 
 
+def test_scale_command_runs():
+    """``python -m xpops scale`` on a one-worker CPU cluster, tiny sizes: it reports every
+    workload against its in-memory baseline."""
+    pytest.importorskip("distributed")
+    args = ["--workers", "1", "--scan-log2", "12", "--chunk-log2", "10", "--points-log2", "10"]
+    out = subprocess.run(
+        [sys.executable, "-m", "xpops", "scale", *args, "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    ).stdout
+    rows = [line for line in out.splitlines() if line.startswith("- ")]
+    assert len(rows) == 2, out
+    assert all("1 worker(s)" in r and "x the time" in r for r in rows), out
+
+
 def test_distributed_local_cluster():
     distributed = pytest.importorskip("distributed")
     rng = np.random.default_rng(6)
