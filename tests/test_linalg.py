@@ -320,13 +320,31 @@ def test_empty(xp, xs, ys, out, dtype_name):
     assert type(got).__module__.split(".")[0] == backend_name(xp)
 
 
+NUMPY_PATHS = ["blas", "rows", "batch_last"]  # the NumPy engine's three paths
+
+
+@pytest.fixture(params=NUMPY_PATHS)
+def numpy_path(request, xp):
+    """Each path of the NumPy engine forced in turn, whatever the sizes (one run, with the
+    engine's own choice, for the other backends)."""
+    from xpops._numpy import linalg as engine
+
+    numpy_backend = backend_name(xp) == "numpy"
+    if not numpy_backend and request.param != NUMPY_PATHS[0]:
+        pytest.skip("the NumPy engine's paths: NumPy only")
+    saved = engine._PATH
+    engine._PATH = request.param if numpy_backend else None
+    yield request.param
+    engine._PATH = saved
+
+
 # ---- special values -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("where", [0, 3, 6])
-@pytest.mark.parametrize("m", [7, 60])  # NumPy: the vectorized and the BLAS path
-def test_zero_on_the_diagonal_affects_only_its_system(xp, upper, where, m):
+@pytest.mark.parametrize("m", [7, 60])
+def test_zero_on_the_diagonal_affects_only_its_system(xp, numpy_path, upper, where, m):
     """LAPACK-like: inf/NaN in the system whose factor has a zero pivot, no error, no
     warning (warnings are errors in this suite), the other systems exact."""
     rng = np.random.default_rng(9)
@@ -339,7 +357,7 @@ def test_zero_on_the_diagonal_affects_only_its_system(xp, upper, where, m):
     assert_solution(got[[0, 2]], reference(a[[0, 2]], b[[0, 2]]), "float64")
 
 
-def test_nan_in_x_stays_in_its_system(xp):
+def test_nan_in_x_stays_in_its_system(xp, numpy_path):
     rng = np.random.default_rng(10)
     factor, a, _ = make_factor(rng, (), 5)
     b = rng.standard_normal((3, 5, 1))
@@ -352,7 +370,7 @@ def test_nan_in_x_stays_in_its_system(xp):
 @pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex128"])
 @pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("m", [5, 30, 90])
-def test_backward_error_ill_conditioned(xp, dtype_name, upper, m):
+def test_backward_error_ill_conditioned(xp, numpy_path, dtype_name, upper, m):
     """||A X - B|| / (||A|| ||X||) <= c M eps with cond(A) near 1e12 (1e6 in float32)."""
     rng = np.random.default_rng(m)
     cond = 1e6 if dtype_name == "float32" else 1e12
@@ -412,18 +430,39 @@ def test_property_generic_engine(case):
     _check_property(array_api_strict, case)
 
 
-@settings(max_examples=25, deadline=None)
-@given(case=systems(), small=st.booleans())
-def test_property_numpy_both_paths(case, small):
-    """The vectorized and the BLAS paths of the NumPy engine, whatever the sizes."""
+@settings(max_examples=40, deadline=None)
+@given(case=systems(), path=st.sampled_from(NUMPY_PATHS))
+def test_property_numpy_every_path(case, path):
+    """Each path of the NumPy engine, whatever the sizes."""
     from xpops._numpy import linalg as engine
 
-    saved = engine._SMALL_WORK
-    engine._SMALL_WORK = 10**9 if small else 0
+    saved = engine._PATH
+    engine._PATH = path
     try:
         _check_property(np, case)
     finally:
-        engine._SMALL_WORK = saved
+        engine._PATH = saved
+
+
+@pytest.mark.parametrize("path", ["rows", "batch_last"])
+@pytest.mark.parametrize("dtype_name", ["float64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("k", [1, 3])
+def test_numpy_vectorized_paths_across_chunks(path, dtype_name, upper, k):
+    """Chunks of a few factors over a batch of 11 (the last chunk short), junk in the unused
+    triangle."""
+    from xpops._numpy import linalg as engine
+
+    rng = np.random.default_rng(17)
+    factor, a, _ = make_factor(rng, (11,), 6, dtype_name, upper)
+    b = rng.standard_normal((11, 6, k)).astype(dtype_name)
+    saved = engine._PATH, engine._CHUNK_BYTES
+    engine._PATH, engine._CHUNK_BYTES = path, 3 * 36 * factor.itemsize
+    try:
+        got = xpops.linalg.cholesky_solve(b, factor, upper=upper)
+    finally:
+        engine._PATH, engine._CHUNK_BYTES = saved
+    assert_solution(got, reference(a, b), dtype_name)
 
 
 # ---- errors -------------------------------------------------------------------------------------
@@ -538,15 +577,15 @@ def test_non_contiguous_numpy_inputs():
     ]
     for x, y in views:
         before = (x.copy(), y.copy())
-        for small in (True, False):
+        for path in NUMPY_PATHS:
             from xpops._numpy import linalg as engine
 
-            saved = engine._SMALL_WORK
-            engine._SMALL_WORK = 10**9 if small else 0
+            saved = engine._PATH
+            engine._PATH = path
             try:
                 got = xpops.linalg.cholesky_solve(x, y)
             finally:
-                engine._SMALL_WORK = saved
+                engine._PATH = saved
             assert got.flags.c_contiguous
             ys = np.tril(np.asarray(y))
             assert_solution(got, reference(ys @ np.swapaxes(ys, -1, -2), x), "float64")
@@ -560,7 +599,7 @@ def test_non_contiguous_numpy_inputs():
 @pytest.mark.parametrize("lower", [False, True])
 @pytest.mark.parametrize("conjugate_transpose", [False, True])
 @pytest.mark.parametrize("dtype_name", ["float64", "complex128", "float32"])
-def test_solve_triangular_helper(xp, lower, conjugate_transpose, dtype_name):
+def test_solve_triangular_helper(xp, numpy_path, lower, conjugate_transpose, dtype_name):
     rng = np.random.default_rng(13)
     factor, _, clean = make_factor(rng, (3,), 8, dtype_name, upper=not lower)
     b = rng.standard_normal((2, 1, 8, 2)).astype(dtype_name)

@@ -1,38 +1,47 @@
 """NumPy/SciPy engine of cholesky_solve and of the internal triangular solve.
 
-Two paths, both working in place on one C-contiguous work array that holds the right-hand
-sides (batch dimensions in which the factor is broadcast are folded into K, so that every
-distinct factor is read once and never copied):
+Three paths, all working in place on one C-contiguous work array (n, M, K) that holds the
+right-hand sides (batch dimensions in which the factor is broadcast are folded into K, so
+that every distinct factor is read once and never copied):
 
-* **BLAS** (large systems): per factor, two right-side ``?trsm`` calls of SciPy's BLAS on the
-  arrays' own memory. The C-contiguous solution rows ``X`` are, seen column-major,
-  ``Z = X^T``, and a C-contiguous factor ``A`` is, seen column-major, ``A^T``; so
-  ``op(A) X = B`` becomes ``Z op(A)^T = B^T``, which ``trsm`` solves with ``side=R`` and
-  ``trans_a`` N (``op = I``) or C (``op = ^H``, since ``conj(A) = (A^T)^H``). Nothing is
-  transposed or copied but the right-hand sides into the output; only the triangle is read.
-  ``scipy.linalg.cho_solve`` calls ``potrs``, which first copies a C-ordered factor to
-  Fortran order and, by default, scans it for NaN.
-* **Vectorized substitution** (many small systems): row by row, one row-wise dot product
-  (``einsum``) per step over the whole chunk of factors, in chunks of ``_CHUNK_BYTES`` of
-  factors (L2-sized; 512 KiB to 2 MiB measured the same, 4 MiB and up was 30-90% slower).
+* **BLAS**: per factor, two right-side ``?trsm`` calls of SciPy's BLAS on the arrays' own
+  memory. The C-contiguous solution rows ``X`` are, seen column-major, ``Z = X^T``, and a
+  C-contiguous factor ``A`` is, seen column-major, ``A^T``; so ``op(A) X = B`` becomes
+  ``Z op(A)^T = B^T``, which ``trsm`` solves with ``side=R`` and ``trans_a`` N (``op = I``)
+  or C (``op = ^H``, since ``conj(A) = (A^T)^H``). Nothing is transposed or copied but the
+  right-hand sides into the output; only the triangle is read. ``scipy.linalg.cho_solve``
+  calls ``potrs``, which first copies a C-ordered factor to Fortran order and, by default,
+  scans it for NaN.
+* **Rows** (vectorized substitution, batch first): row by row, one row-wise dot product
+  (``einsum``) per step over a chunk of ``_CHUNK_BYTES`` of factors (L2-sized; 512 KiB to
+  2 MiB measured the same, 4 MiB and up was 30-90% slower). The inner loops run along a row
+  (at most M) or along K.
+* **Batch last** (vectorized substitution): a chunk's stored triangle is gathered once into
+  a (entries, chunk) array, the right-hand sides transposed to (M, K, chunk), and each step is
+  one dot product whose inner loop runs along the chunk.
 
-``_SMALL_WORK``: the vectorized path is used while ``M*M*K`` (K: right-hand sides per factor
-after folding) is at most 2048. Measured on the 2-core AMD EPYC (Zen 4) VM, float64, 2000
-factors (ms, vectorized / BLAS): K=1: M=16 1.1 / 7.1, M=24 5.5 / 8.4, M=32 10.0 / 10.1,
-M=48 22 / 19; K=4: M=16 5.7 / 7.3, M=24 17 / 9.5; K=16: M=8 2.6 / 7.8, M=16 11 / 9.0.
-The BLAS path costs about 3.5 us of call overhead per factor, the vectorized one about
-20-80 ns per factor and row.
+``_path`` chooses: BLAS while ``M*M*K`` (K after folding) is above ``_SMALL_WORK`` = 2048, and
+for few factors (n at most 2M: BLAS costs about 3.5-5 us a factor, the vectorized paths
+6-10 us a step of 2M steps whatever n; one (16, 16) system: 0.02 against 0.12 ms); batch last
+for 1 < K <= M, or with K = 1 from ``_BATCH_LAST_MIN`` = 4096 factors; rows otherwise. On the
+2-core AMD EPYC (Zen 4) VM, float64, best of 7 (ms, rows / batch last; the VM's speed varied
+up to 2x within the hour, ratios held better): 2000 factors: K=1 M=8 0.40 / 0.35, M=16 1.9 /
+1.8, M=24 4.0 / 4.1, M=32 10.3 / 6.6; K=4 M=8 1.9 / 0.73, M=16 6.8 / 3.0; K=8 M=16 7.8 / 4.7;
+K=2 M=32 27 / 8.2. 10000 factors, K=1: M=4 0.73 / 0.59, M=16 14 / 9.1, M=32 62 / 38; 512
+factors, K=1: M=8 0.15 / 0.18, M=24 1.5 / 1.9 (rows ahead for K = 1 and a few thousand
+factors); M=4 K=64 (K > M): 2.4 / 5.1. Earlier: 2000 factors, rows / BLAS: K=1 M=16 1.1 /
+7.1, M=24 5.5 / 8.4, M=32 10.0 / 10.1, M=48 22 / 19; K=16 M=16 11 / 9.0.
 
-Against the peers, same process, medians of 15 (``python -m xpops bench --ops
-cholesky_solve``, ms): (10000, 16, 16) K=1: 9.3, ``torch.cholesky_solve`` 4.9, SciPy
-``cho_solve`` 78; (1000, 64, 64) K=8: 13.7, torch 15.5, SciPy 22; (1, 2048, 2048) K=64:
-12.7, torch 36, SciPy 42. The many-small-systems case is NumPy-bound: each of the 2M
-dependent steps is a NumPy call whose inner loop runs once per factor (7-10 ns each, plus
-misses on the factor rows 2 KiB apart), against PyTorch's C loop over LAPACK calls;
-transposing the batch innermost first costs more (3.7-6 ms for these 20 MB) than it saves,
-and two threads over halves of the batch gained only 25% (GIL), so neither is done.
+Against the peers, ``python -m xpops bench --ops cholesky_solve`` on that VM, three runs
+within minutes: (10000, 16, 16) K=1 5.5-5.7 ms against ``torch.cholesky_solve``'s 4.5-7.1
+(0.8-1.3x torch's speed; the rows path took 7.2-9.2 ms in runs beside them, 0.5-0.8x).
+PyTorch's C loop over LAPACK calls stays ahead on many tiny systems: the transposing gather
+alone costs about 2 ms for these 20 MB, and each of the 2M steps is a NumPy call; two
+threads over halves of the batch gained only 25% (GIL). Reaching twice PyTorch's speed here
+needs compiled code.
 """
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -43,6 +52,8 @@ __all__ = ["cholesky_solve", "solve_triangular"]
 
 _SMALL_WORK = 2048  # vectorized substitution while M*M*(right-hand sides) <= this; BLAS above
 _CHUNK_BYTES = 1 << 20  # factors per vectorized chunk: about this many bytes of them
+_BATCH_LAST_MIN = 4096  # one right-hand side: batch-last substitution from this many factors
+_PATH: str | None = None  # tests only: force "blas", "rows" or "batch_last"
 
 
 # ---- layout: one C-contiguous (n, M, F*K) work array against (n, M, M) factors -------------
@@ -169,14 +180,107 @@ def _small_solve(factors: np.ndarray, work: np.ndarray, steps: list[tuple[bool, 
                     np.conjugate(w, out=w)
 
 
+# ---- small M, many factors: substitution with the batch as the last (contiguous) axis --------
+
+
+@functools.lru_cache(maxsize=64)
+def _op_rows(m: int, lower: bool, conj: bool) -> tuple[np.ndarray, tuple[int, ...], bool]:
+    """The rows of ``op(T)`` (``T``, or ``T^H`` if `conj`) for an (m, m) ``T`` whose `lower`
+    (else upper) triangle is stored, packed one after another (the diagonal last in a row of
+    a lower ``op(T)``, first in a row of an upper one): each entry's flat index in ``T``, each
+    row's start, and whether ``op(T)`` is lower (a forward substitution)."""
+    forward = lower != conj
+    entries: list[int] = []
+    starts = []
+    for i in range(m):
+        starts.append(len(entries))
+        columns = range(i + 1) if forward else range(i, m)
+        entries.extend(j * m + i if conj else i * m + j for j in columns)
+    return np.array(entries, dtype=np.intp), tuple(starts), forward
+
+
+def _batch_last_solve(
+    factors: np.ndarray, work: np.ndarray, steps: list[tuple[bool, bool]]
+) -> None:
+    """Solve in place in `work` (n, M, K), a chunk of factors at a time, with the batch made
+    the last axis: each row of ``op(T)`` becomes a (row length, chunk) block, and every step is
+    one dot product (``einsum``) whose inner loop runs along the chunk, not along a short row.
+    Each step's rows are gathered once a chunk (only the stored triangle is read)."""
+    n, m, k = work.shape
+    complex_ = np.iscomplexobj(work)
+    chunk = max(1, _CHUNK_BYTES // max(1, m * (m + 1) // 2 * factors.itemsize))
+    plans = [(*_op_rows(m, lower, conj), conj) for lower, conj in steps]
+    first = plans[0][0]
+    position = {int(e): p for p, e in enumerate(first)}
+    orders = [  # a step that reads the first step's triangle reorders its gathered rows
+        np.array([position[int(e)] for e in plan[0]], dtype=np.intp)
+        if position.keys() >= set(plan[0].tolist())
+        else None
+        for plan in plans
+    ]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for s in range(0, n, chunk):
+            t = factors[s : s + chunk].reshape(-1, m * m)
+            c = t.shape[0]
+            packed = np.take(t, first, axis=1).T.copy()  # (entries, c)
+            y = np.ascontiguousarray(work[s : s + chunk].transpose(1, 2, 0))  # (M, K, c)
+            if k == 1:
+                y = y.reshape(m, c)
+            for step, ((_, starts, forward, conj), order) in enumerate(
+                zip(plans, orders, strict=True)
+            ):
+                if step == 0:
+                    rows = packed
+                elif order is not None:
+                    rows = packed[order]
+                else:
+                    rows = np.take(t, plans[step][0], axis=1).T.copy()
+                if conj and complex_:
+                    rows = np.conjugate(rows)
+                _sweep_rows(rows, starts, forward, y)
+            work[s : s + chunk] = y.reshape(m, k, c).transpose(2, 0, 1)
+
+
+def _sweep_rows(rows: np.ndarray, starts: tuple[int, ...], forward: bool, y: np.ndarray) -> None:
+    """Forward (or back) substitution in place in `y` ((M, c) or (M, K, c)), the rows of the
+    triangular matrix packed in `rows` as `_op_rows` lays them out."""
+    m = y.shape[0]
+    subscripts = "jn,jn->n" if y.ndim == 2 else "jn,jkn->kn"
+    diagonal = [starts[i] + (i if forward else 0) for i in range(m)]
+    recip = np.divide(1, rows[diagonal], dtype=y.dtype)
+    if y.ndim == 3:
+        recip = recip[:, None, :]
+    for i in range(m) if forward else range(m - 1, -1, -1):
+        a = starts[i]
+        if forward and i:
+            y[i] -= np.einsum(subscripts, rows[a : a + i], y[:i])
+        elif not forward and i < m - 1:
+            y[i] -= np.einsum(subscripts, rows[a + 1 : a + m - i], y[i + 1 :])
+        y[i] *= recip[i]
+
+
+def _path(n: int, m: int, k: int) -> str:
+    """The path for n factors of order m with k right-hand sides each (see the docstring)."""
+    if _PATH is not None:
+        return _PATH
+    if m * m * k > _SMALL_WORK or n <= 2 * m:
+        return "blas"
+    if 1 < k <= m or n >= _BATCH_LAST_MIN:
+        return "batch_last"
+    return "rows"
+
+
 def _solve(b: np.ndarray, a: np.ndarray, steps: list[tuple[bool, bool]]) -> np.ndarray:
     work, factors, restore = _fold(b, a)
-    m = work.shape[1]
+    n, m, k = work.shape
     if work.size:
-        if m * m * work.shape[2] <= _SMALL_WORK:
-            _small_solve(factors, work, steps)
-        else:
+        path = _path(n, m, k)
+        if path == "blas":
             _blas_solve(factors, work, steps)
+        elif path == "batch_last":
+            _batch_last_solve(factors, work, steps)
+        else:
+            _small_solve(factors, work, steps)
     return restore(work)
 
 
