@@ -243,20 +243,29 @@ def _batch_last_solve(
 
 def _sweep_rows(rows: np.ndarray, starts: tuple[int, ...], forward: bool, y: np.ndarray) -> None:
     """Forward (or back) substitution in place in `y` ((M, c) or (M, K, c)), the rows of the
-    triangular matrix packed in `rows` as `_op_rows` lays them out."""
+    triangular matrix packed in `rows` as `_op_rows` lays them out.
+
+    As in `_substitute`: `y` is preset to ``-y / d`` so that a dot product over the entries
+    solved so far and the diagonal is ``-(y_i - sum_j T_ij x_j)``, and one multiplication by
+    ``-1 / d_i`` finishes ``x_i`` (two NumPy calls a row)."""
     m = y.shape[0]
     subscripts = "jn,jn->n" if y.ndim == 2 else "jn,jkn->kn"
     diagonal = [starts[i] + (i if forward else 0) for i in range(m)]
-    recip = np.divide(1, rows[diagonal], dtype=y.dtype)
+    scale = np.divide(-1, rows[diagonal], dtype=y.dtype)  # (M, c)
     if y.ndim == 3:
-        recip = recip[:, None, :]
-    for i in range(m) if forward else range(m - 1, -1, -1):
+        scale = scale[:, None, :]
+    np.multiply(y, scale, out=y)
+    order = range(m) if forward else range(m - 1, -1, -1)
+    # the first row has only its diagonal: x = -(-y / d)
+    np.multiply(y[order[0]], -1, out=y[order[0]])
+    dot = np.empty_like(y[0])
+    for i in order[1:]:
         a = starts[i]
-        if forward and i:
-            y[i] -= np.einsum(subscripts, rows[a : a + i], y[:i])
-        elif not forward and i < m - 1:
-            y[i] -= np.einsum(subscripts, rows[a + 1 : a + m - i], y[i + 1 :])
-        y[i] *= recip[i]
+        if forward:
+            np.einsum(subscripts, rows[a : a + i + 1], y[: i + 1], out=dot)
+        else:
+            np.einsum(subscripts, rows[a : a + m - i], y[i:], out=dot)
+        np.multiply(dot, scale[i], out=y[i])
 
 
 def _path(n: int, m: int, k: int) -> str:
