@@ -4,10 +4,10 @@ The two workloads of issue 7: ``logcumsumexp`` along a long 1-D array, and
 ``MultivariateNormal.log_prob`` of many points in D = 16. Inputs are generated on the workers
 (nothing is shipped from the client), results are persisted on the workers (nothing is
 gathered; on GPUs each run ends when every worker's device is done), and each configuration
-is timed as the median of a few runs after a warm-up. The
-in-memory xpops call on the same data in this process is the baseline; where that data does
-not fit in the GPU's memory with the call's result and temporaries, the baseline is the
-largest power-of-two fraction of it that fits, and the comparison is one of throughput.
+is timed as the median of a few runs after a warm-up. The in-memory xpops call on the same
+data in this process is the baseline; where that data does not fit in the GPU's memory with
+the call's result and temporaries, the baseline is the largest power-of-two fraction of it
+that fits, and the comparison is one of throughput.
 ``--gpu`` uses ``dask_cuda.LocalCUDACluster`` (one worker a GPU, CuPy chunks, dask-cuda's
 spilling to host memory off: the workloads are sized to fit, and a spill would time host
 copies) instead of a CPU ``distributed.LocalCluster`` (one single-threaded worker process a
