@@ -205,7 +205,8 @@ def _batch_last_solve(
     """Solve in place in `work` (n, M, K), a chunk of factors at a time, with the batch made
     the last axis: each row of ``op(T)`` becomes a (row length, chunk) block, and every step is
     one dot product (``einsum``) whose inner loop runs along the chunk, not along a short row.
-    Each step's rows are gathered once a chunk (only the stored triangle is read)."""
+    The stored triangle is gathered once a chunk (nothing else of the factors is read), and
+    reordered by rows for a step that reads it transposed."""
     n, m, k = work.shape
     complex_ = np.iscomplexobj(work)
     chunk = max(1, _CHUNK_BYTES // max(1, m * (m + 1) // 2 * factors.itemsize))
