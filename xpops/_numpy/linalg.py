@@ -36,9 +36,10 @@ Against the peers, ``python -m xpops bench --ops cholesky_solve`` on that VM, th
 within minutes: (10000, 16, 16) K=1 5.5-5.7 ms against ``torch.cholesky_solve``'s 4.5-7.1
 (0.8-1.3x torch's speed; the rows path took 7.2-9.2 ms in runs beside them, 0.5-0.8x).
 PyTorch's C loop over LAPACK calls stays ahead on many tiny systems: the transposing gather
-alone costs about 2 ms for these 20 MB, and each of the 2M steps is a NumPy call; two
-threads over halves of the batch gained only 25% (GIL). Reaching twice PyTorch's speed here
-needs compiled code.
+alone costs about 2 ms for these 20 MB, and each of the 2M steps is a NumPy call. Two
+threads over halves of the batch gained only 25% on the rows path and 15% on the batch-last
+one (5.4 to 4.6 ms; the calls hold the GIL between their loops), so neither is done. Reaching
+twice PyTorch's speed here needs compiled code.
 """
 
 import functools
