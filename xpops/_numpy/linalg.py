@@ -213,13 +213,10 @@ def _batch_last_solve(
     chunk = max(1, _CHUNK_BYTES // max(1, m * (m + 1) // 2 * factors.itemsize))
     plans = [(*_op_rows(m, lower, conj), conj) for lower, conj in steps]
     first = plans[0][0]
+    # every step reads the same stored triangle (the callers' steps share `lower`): a later
+    # step's rows are the first step's gathered rows, reordered
     position = {int(e): p for p, e in enumerate(first)}
-    orders = [  # a step that reads the first step's triangle reorders its gathered rows
-        np.array([position[int(e)] for e in plan[0]], dtype=np.intp)
-        if position.keys() >= set(plan[0].tolist())
-        else None
-        for plan in plans
-    ]
+    orders = [np.array([position[int(e)] for e in plan[0]], dtype=np.intp) for plan in plans]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         for s in range(0, n, chunk):
             t = factors[s : s + chunk].reshape(-1, m * m)
@@ -231,12 +228,7 @@ def _batch_last_solve(
             for step, ((_, starts, forward, conj), order) in enumerate(
                 zip(plans, orders, strict=True)
             ):
-                if step == 0:
-                    rows = packed
-                elif order is not None:
-                    rows = packed[order]
-                else:
-                    rows = np.take(t, plans[step][0], axis=1).T.copy()
+                rows = packed if step == 0 else packed[order]
                 if conj and complex_:
                     rows = np.conjugate(rows)
                 _sweep_rows(rows, starts, forward, y)
