@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .._lib import _compat
+
 __all__ = ["logcumsumexp"]
 
 
@@ -48,13 +50,10 @@ def _total(block: Any, axis: int, reverse: bool) -> Any:
     """log(sum(exp(block))) along `axis`, kept as a dimension of length 1, as a NumPy array,
     with the special values of the scan: -inf for an empty or all -inf block, +inf with a
     +inf, NaN with a NaN."""
-    from array_api_compat import array_namespace
-
     if block.shape[axis] == 0:
         return _to_host(_empty_total(block, axis))
-    xp = array_namespace(block)
-    on_gpu = type(block).__module__.split(".")[0] == "cupy"
-    if on_gpu or xp.isdtype(block.dtype, "complex floating"):
+    xp = _compat.array_namespace(block)
+    if _compat.is_cupy_array(block) or xp.isdtype(block.dtype, "complex floating"):
         # the in-memory scan's last element: the op's own complex rules, and on the GPU the
         # fast scan (not CuPy's reductions: see the module docstring)
         scanned = _scan(block, axis, False, reverse)
@@ -72,7 +71,7 @@ def _total(block: Any, axis: int, reverse: bool) -> Any:
 def _to_host(a: Any) -> Any:
     """`a` as a NumPy array: block totals and carries cross between workers as small host
     arrays (a CuPy array would be copied through the host by the workers' event loops)."""
-    return a.get() if type(a).__module__.split(".")[0] == "cupy" else a
+    return a.get() if _compat.is_cupy_array(a) else a
 
 
 def _scan_from(
