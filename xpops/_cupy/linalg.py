@@ -3,7 +3,8 @@
 ``lanes``: for M up to LANES_MAX_M = 32. G lanes solve one system (G the power of two at or
 above M), lane i owning row i of the right-hand sides. Lane i reads column i of the stored
 factor (adjacent lanes read adjacent elements, only the used triangle) and gets row i by a
-transpose through a small shared-memory tile, so row i and column i of L sit in registers.
+transpose through a small shared-memory tile, so row i and column i of L sit in registers (one
+array of M: the row's part left of the diagonal, the column's part below it).
 Forward substitution: at step j lane j scales its value by the reciprocal diagonal and
 broadcasts it with a shuffle; lanes below subtract ``L[i][j] y_j`` (row registers). Back
 substitution does the same upwards with ``conj(L[j][i])`` (column registers). No index
@@ -50,8 +51,11 @@ SMALL_COLUMNS = 4  # right-hand sides a lane holds at once when K > 1
 # 100000 systems, float32 / float64): M=8 0.026 / 0.040 ms against 0.048 / 0.052 ms for the
 # small kernel, M=16 0.062 / 0.095 against 0.091 / 0.123, M=24 0.13 / 0.23 against 0.24 /
 # 0.31, M=32 0.18 / 0.34 against 0.25 / 0.35; with K=8 it was faster at every M up to 32.
+# Keeping row and column of L in one register array (float64, M=16: 72 registers a lane, not
+# 92; 28% of the warp slots busy became 40%) took M=16 K=1 to 0.051 / 0.074 ms (from 0.052 /
+# 0.085), complex128 0.215 to 0.176, float32 M=32 K=8 0.41 to 0.33.
 LANES_MAX_M = 32
-LANES_THREADS = 128  # threads a block (64 ran the same; 32 up to 25% slower)
+LANES_THREADS = 128  # threads a block (64 ran the same; 32 up to 25% slower, 256 up to 16%)
 
 _SOURCE = r"""
 template <typename R> struct Cplx { R re, im; };
@@ -130,11 +134,13 @@ xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ fact
         b[k] = used ? tile[i * P + k] : T{};
     }
     const T diag = active ? tile[i * P + i] : T{};
-    T row[M], col[M];
+    // One register array for both: forward substitution reads row i of L left of the diagonal
+    // (w[k] = L[i][k], k < i), back substitution column i below it (w[k] = L[k][i], k > i).
+    // (Two arrays took 92 registers a lane in float64 at M = 16, 5 blocks an SM; one, 72 and 7.)
+    T w[M];
 #pragma unroll
     for (int k = 0; k < M; ++k) {
-        row[k] = upper ? conj_(a[k]) : b[k];
-        col[k] = upper ? conj_(b[k]) : a[k];
+        w[k] = upper ? conj_(k < i ? a[k] : b[k]) : (k < i ? b[k] : a[k]);
     }
     const T inv = active ? recip(upper ? conj_(diag) : diag) : T{};
     const long long mk = (long long)M * K;
@@ -154,7 +160,7 @@ xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ fact
                 if (i == j) {
                     v[c] = y;
                 } else if (i > j) {
-                    v[c] = sub_mul(v[c], row[j], y);
+                    v[c] = sub_mul(v[c], w[j], y);
                 }
             }
         }
@@ -166,7 +172,7 @@ xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ fact
                 if (i == j) {
                     v[c] = x;
                 } else if (i < j) {
-                    v[c] = sub_mul(v[c], conj_(col[j]), x);
+                    v[c] = sub_mul(v[c], conj_(w[j]), x);
                 }
             }
         }
