@@ -954,6 +954,61 @@ def test_tiles_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
     _assert_scan_equal(got.get(), want, 1e-11)
 
 
+def _carry_cases():
+    """(shape, axis) per kernel family: tiles (float32) and tiles_staged (float64) take the
+    carry in the kernel, rows and columns add it afterwards."""
+    from xpops._cupy import cumulative as cc
+
+    tile = cc.TILES_BLOCK * cc.tile_items("tiles", "float32")
+    yield (1,), 0
+    yield (3 * tile + 5,), 0
+    yield (3, 2 * tile + 1), 1
+    yield (cc.ROWS_KERNEL_MIN_ROWS, 5), 1  # rows
+    yield (40, 3, 7), 0  # columns
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_scan_from_carry_and_totals(cupy_only, exclusive, reverse, dtype):
+    """The Dask engine's two CuPy helpers against a float64 reference: the scan started from a
+    carry (a scan of the carry placed before the data, the carry's output dropped) and the
+    totals along the axis; carries and rows with NaN, +-inf, all -inf and jumps of 1000."""
+    from xpops._cupy import cumulative as cc
+
+    cupy = cupy_only
+    rng = np.random.default_rng(13)
+    atol = 1e-4 if dtype == "float32" else 1e-11
+    specials = [0.0, -np.inf, np.inf, np.nan, 1000.0, -1000.0, 3.5]
+    for shape, axis in _carry_cases():
+        x = (rng.standard_normal(shape) * 10).astype(dtype)
+        rows = np.moveaxis(x, axis, -1).reshape(-1, shape[axis])
+        if rows.shape[0] >= 3 and rows.shape[1] >= 3:  # rows with special values
+            rows[0, :] = -np.inf
+            rows[1, rows.shape[1] // 2] = np.inf
+            rows[2, 1] = np.nan
+        x = np.moveaxis(rows.reshape(*np.delete(shape, axis), shape[axis]), -1, axis)
+        x = np.ascontiguousarray(x)
+        cshape = list(shape)
+        cshape[axis] = 1
+        carry = rng.choice(specials, size=cshape).astype(dtype)
+        joined = np.concatenate([x, carry] if reverse else [carry, x], axis=axis)
+        want = _reference_along(joined, axis, exclusive, reverse)
+        keep = [slice(None)] * x.ndim
+        keep[axis] = slice(0, -1) if reverse else slice(1, None)
+        _poison_pool(cupy, 2 * x.nbytes)
+        got = cc.logcumsumexp_from(cupy.asarray(x), cupy.asarray(carry), axis, exclusive, reverse)
+        assert got.dtype == x.dtype
+        assert got.shape == x.shape
+        _assert_scan_equal(got.get(), want[tuple(keep)], atol)
+
+        total = cc.total(cupy.asarray(x), axis, reverse)
+        assert total.shape == tuple(cshape)
+        with np.errstate(invalid="ignore"):
+            want_total = np.logaddexp.reduce(x.astype(np.longdouble), axis=axis, keepdims=True)
+        _assert_scan_equal(total.get(), want_total, atol)
+
+
 def test_kernel_choice(cupy_only):
     from xpops._cupy.cumulative import choose_kernel
 

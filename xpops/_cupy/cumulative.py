@@ -442,13 +442,16 @@ template <typename T> __device__ __forceinline__ Pair<T> tile_total(T B, T sum) 
 }
 
 // Warp 0 of tile `tile` (q-th of its row, the row's first tile `first`): publish the tile's
-// aggregate, look back, publish its inclusive prefix; the aggregate of the earlier tiles.
+// aggregate, look back, publish its inclusive prefix; the aggregate of the earlier tiles. The
+// row's carry `*carry` (none: a null pointer) stands before its first tile.
 template <typename T>
 __device__ __forceinline__ Pair<T> tile_look_back(const LookBack<T>& lb, long long tile,
-                                                  long long first, int lane, Pair<T> total) {
+                                                  long long first, int lane, Pair<T> total,
+                                                  const T* carry) {
     if (tile == first) {
-        if (lane == 0) publish(&lb.incls[tile], total);
-        return identity<T>();
+        const Pair<T> prefix = carry ? Pair<T>{*carry, T(1)} : identity<T>();
+        if (lane == 0) publish(&lb.incls[tile], combine(prefix, total));
+        return prefix;
     }
     if (lane == 0) publish(&lb.aggs[tile], total);
     const Pair<T> prefix = warp_look_back(tile, first, lane, lb.aggs, lb.incls);
@@ -512,7 +515,8 @@ __global__ void __launch_bounds__(THREADS, 4)
 xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const long long L,
                          const long long tiles_per_row, const long long tiles,
                          const long long prefetch_distance, const int exclusive,
-                         const int reverse, unsigned long long* __restrict__ state) {
+                         const int reverse, unsigned long long* __restrict__ state,
+                         const T* __restrict__ carry, T* __restrict__ totals) {
     constexpr int VEC = Vec<T>::N, WARPS = THREADS / 32, TILE = ROUNDS * THREADS * VEC;
     static_assert(ROUNDS * WARPS <= 64, "warp 0 scans the chunk sums two to a lane");
     __shared__ T warp_max_sh[WARPS], sums_sh[ROUNDS * WARPS];
@@ -592,9 +596,14 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     if (warp == 0) {  // B is the same in every lane: the shuffles see the whole warp
         const T sum = isfinite(B) ? warp_exclusive_sums(sums_sh, ROUNDS * WARPS, lane) : T(0);
         const Pair<T> total = tile_total(B, sum);
-        const Pair<T> prefix = tile_look_back(lb, tile, r * tiles_per_row, lane, total);
+        const Pair<T> prefix =
+            tile_look_back(lb, tile, r * tiles_per_row, lane, total, carry ? carry + r : nullptr);
         if (lane == 0) prefix_sh = prefix;
+        if (totals && lane == 0 && q == tiles_per_row - 1) {
+            totals[r] = value(combine(prefix, total));
+        }
     }
+    if (totals) return;  // the row totals alone: nothing else is written
     __syncthreads();
     const Pair<T> P = prefix_sh;
     if (!fast_ok(B, first_sh, P)) {
@@ -632,7 +641,8 @@ __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, const long long L,
                                 const long long tiles_per_row, const long long tiles,
                                 const long long prefetch_distance, const int exclusive,
-                                const int reverse, unsigned long long* __restrict__ state) {
+                                const int reverse, unsigned long long* __restrict__ state,
+                                const T* __restrict__ carry, T* __restrict__ totals) {
     constexpr int WARPS = THREADS / 32, TILE = ITEMS * THREADS, RUN = ITEMS + 1;
     constexpr int UNROLL = 4;
     static_assert(WARPS <= 64, "warp 0 scans the warp totals two to a lane");
@@ -704,9 +714,14 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
     if (warp == 0) {  // B is the same in every lane: the shuffles see the whole warp
         const T sum = isfinite(B) ? warp_exclusive_sums(warp_sh, WARPS, lane) : T(0);
         const Pair<T> total = tile_total(B, sum);
-        const Pair<T> prefix = tile_look_back(lb, tile, r * tiles_per_row, lane, total);
+        const Pair<T> prefix =
+            tile_look_back(lb, tile, r * tiles_per_row, lane, total, carry ? carry + r : nullptr);
         if (lane == 0) prefix_sh = prefix;
+        if (totals && lane == 0 && q == tiles_per_row - 1) {
+            totals[r] = value(combine(prefix, total));
+        }
     }
+    if (totals) return;  // the row totals alone: nothing else is written
     __syncthreads();
     const Pair<T> P = prefix_sh;
     if (!fast_ok(B, first_sh, P)) {
@@ -993,7 +1008,12 @@ def _look_back_state(slots: int, dtype: np.dtype) -> cupy.ndarray:
     return state
 
 
-def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, kind):
+_NULL = np.uint64(0)  # a null pointer argument
+
+
+def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, kind, carry=None, totals=None):
+    """The tiles scan of `rows` rows of length `L`; `carry` (rows,): each row's carry; with
+    `totals` (rows,), each row's total is written there and nothing to `out`."""
     name = x.dtype.name
     tiles_per_row = -(-L // (TILES_BLOCK * tile_items(kind, name)))
     tiles = rows * tiles_per_row
@@ -1013,6 +1033,8 @@ def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, kind):
             np.int32(exclusive),
             np.int32(reverse),
             state,
+            _NULL if carry is None else carry,
+            _NULL if totals is None else totals,
         ),
         shared_mem=_staged_shared_bytes(name) if kind == "tiles_staged" else 0,
     )
@@ -1073,6 +1095,80 @@ def choose_kernel(shape: tuple[int, ...], axis: int) -> str:
         return "column_blocks" if outer * inner >= COLUMN_BLOCKS_MIN_LANES else "columns"
     short = shape[axis] <= ROWS_KERNEL_MAX_LEN and outer >= ROWS_KERNEL_MIN_ROWS
     return "rows" if short else "tiles"
+
+
+# log(exp(c) + exp(y)) with the scan's special values (those of `combine`)
+_add_carry = cupy.ElementwiseKernel(
+    "T c, T y",
+    "T out",
+    """
+    if (isnan(c) || isnan(y)) {
+        out = c + y;
+    } else if (isinf(c) && c < 0) {
+        out = y;
+    } else if (isinf(y) && y < 0) {
+        out = c;
+    } else if (isinf(c) || isinf(y)) {
+        out = c + y;  // +inf
+    } else {
+        out = (c > y ? c : y) + log1p(exp(-fabs(c - y)));
+    }
+    """,
+    "xpops_logcumsumexp_add_carry",
+)
+
+
+def _tiles_kind(x: cupy.ndarray, axis: int) -> str | None:
+    """The tiles kernel that scans `axis` of `x` (real, C-contiguous), or None if another does."""
+    if choose_kernel(x.shape, axis) != "tiles":
+        return None
+    return "tiles_staged" if TILES_STAGED[x.dtype.name] else "tiles"
+
+
+def _row_carries(carry: cupy.ndarray, x: cupy.ndarray, axis: int) -> cupy.ndarray:
+    """`carry` (the shape of `x` with `axis` of length 1) as one contiguous value a row."""
+    shape = (*x.shape[:axis], 1, *x.shape[axis + 1 :])
+    return cupy.ascontiguousarray(cupy.broadcast_to(carry, shape)).reshape(-1)
+
+
+def logcumsumexp_from(
+    x: cupy.ndarray, carry: cupy.ndarray, axis: int, exclusive: bool, reverse: bool
+) -> cupy.ndarray:
+    """`logcumsumexp` of `x` (float32/float64, C-contiguous, not empty) started from `carry`
+    (the shape of `x` with `axis` of length 1): as if `carry` stood before `x` along `axis`
+    (after it when `reverse`), which is left out of the result. On the tiles kernels the carry
+    enters each row's first tile, and the scan reads and writes each element once; the other
+    kernels scan, then add the carry with ``logaddexp`` (a second read and write)."""
+    carry = cupy.asarray(carry, dtype=x.dtype)
+    kind = _tiles_kind(x, axis)
+    if kind is None:
+        out = logcumsumexp(x, axis, exclusive, reverse)
+        return _add_carry(carry, out, out)
+    out = cupy.empty(x.shape, x.dtype)
+    rows = math.prod(x.shape[:axis])
+    carries = _row_carries(carry, x, axis)
+    kernel = _kernels(x.dtype.name)[kind]
+    _scan_tiles(x, out, rows, x.shape[axis], exclusive, reverse, kernel, kind, carry=carries)
+    return out
+
+
+def total(x: cupy.ndarray, axis: int, reverse: bool) -> cupy.ndarray:
+    """log(sum(exp(x))) along `axis` of `x` (float32/float64, C-contiguous, not empty), kept as
+    a dimension of length 1, with the scan's special values: on the tiles kernels, each
+    element read once and nothing written but the totals; otherwise the scan's last element
+    (first, when `reverse`)."""
+    kind = _tiles_kind(x, axis)
+    shape = (*x.shape[:axis], 1, *x.shape[axis + 1 :])
+    if kind is None:
+        scanned = logcumsumexp(x, axis, False, reverse)
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(0, 1) if reverse else slice(-1, None)
+        return scanned[tuple(index)]
+    rows = math.prod(x.shape[:axis])
+    totals = cupy.empty(rows, x.dtype)
+    kernel = _kernels(x.dtype.name)[kind]
+    _scan_tiles(x, _NULL, rows, x.shape[axis], False, reverse, kernel, kind, totals=totals)
+    return totals.reshape(shape)
 
 
 def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, kernel=None):

@@ -1,23 +1,29 @@
 """Dask engine of logcumsumexp: block totals, carries, then each block scanned from its carry.
 
-Each block's total (its log-sum-exp along the scan axis: on NumPy blocks a max-shifted
-reduction with one ``exp`` an element, on CuPy blocks the last element of the in-memory scan)
-is copied to the host and gathered along the scan axis, a small NumPy array of one element a
-block, and scanned exclusively by the in-memory op: that gives every block the log-sum-exp of all
-blocks before it (after it, when reversed), its carry. Each block is then scanned by the
-in-memory op (NumPy or CuPy chunks) with its carry placed in front of it (behind it when
-reversed), so the carry enters the scan as one more element (a copy of the block, but no
-second ``exp`` and ``log`` an element: scanning first and adding the carry with ``logaddexp``
-afterwards took 1.3 times as long on the CPU). The graph has one task a block for the totals
-and one for the scans (written directly, so that no task splits the carries: on a local
-cluster each task costs the scheduler about a millisecond; 8 blocks took 44 ms against 103
-with a rechunk of the carries), plus two for the carries. NaN and ±inf keep their meaning:
-the carry of the first block is ``-inf``, the identity. Only the carries cross blocks.
+Each block's total (its log-sum-exp along the scan axis) is copied to the host and gathered
+along the scan axis, a small NumPy array of one element a block, and scanned exclusively by
+the in-memory op: that gives every block the log-sum-exp of all blocks before it (after it,
+when reversed), its carry. Each block is then scanned from its carry. The graph has one task a
+block for the totals and one for the scans (written directly, so that no task splits the
+carries: on a local cluster each task costs the scheduler about a millisecond; 8 blocks took
+44 ms against 103 with a rechunk of the carries), plus two for the carries. NaN and ±inf keep
+their meaning: the carry of the first block is ``-inf``, the identity. Only the carries cross
+blocks.
 
-GPU traffic: a block is read and written by its total's scan, copied with its carry in
-front, and read and written by its scan: three times the in-memory scan's one read and one
-write. CuPy's own reductions (``max``, then a fused ``sum(exp(x - max))``) are not used for
-the totals: reducing a block of 2^30 float32 elements to one they took 0.85 s on an H100,
+NumPy (and complex) blocks: the total is a max-shifted reduction with one ``exp`` an element
+(complex: the in-memory scan's last element), and the carry is placed in front of the block
+(behind it when reversed) so that it enters the scan as one more element: a copy of the block,
+but no second ``exp`` and ``log`` an element (scanning first and adding the carry with
+``logaddexp`` afterwards took 1.3 times as long on the CPU).
+
+CuPy blocks (float32, float64): where the in-memory op scans with its tiles kernels (long rows
+along the last axis, as a 1-D scan), the carry enters each row's first tile in the kernel, and
+the totals come from the same kernels with nothing written but one value a row: a block is
+read once for its total and read and written once for its scan, 1.5 times the in-memory scan's
+traffic (earlier: a scan for the total and a copy with the carry in front, three times).
+Other layouts scan for the total (its last element) and add the carry to the scan with
+``logaddexp`` afterwards. CuPy's own reductions (``max``, then a fused ``sum(exp(x - max))``)
+are not used: reducing a block of 2^30 float32 elements to one they took 0.85 s on an H100,
 where the scan takes a few milliseconds.
 """
 
@@ -53,6 +59,10 @@ def _total(block: Any, axis: int, reverse: bool) -> Any:
     if block.shape[axis] == 0:
         return _to_host(_empty_total(block, axis))
     xp = _compat.array_namespace(block)
+    if _real_cupy(block):
+        from .._cupy import cumulative as engine
+
+        return _to_host(engine.total(_contiguous(block), axis, reverse))
     if _compat.is_cupy_array(block) or xp.isdtype(block.dtype, "complex floating"):
         # the in-memory scan's last element: the op's own complex rules, and on the GPU the
         # fast scan (not CuPy's reductions: see the module docstring)
@@ -66,6 +76,17 @@ def _total(block: Any, axis: int, reverse: bool) -> Any:
         total = xp.log(xp.sum(xp.exp(block - ref), axis=axis, keepdims=True)) + ref
     total = xp.where(m == xp.inf, m, total)
     return xp.where(xp.isnan(m), m, total)
+
+
+def _real_cupy(block: Any) -> bool:
+    """Whether `block` goes to the CuPy engine's carry-aware kernels (float32/float64)."""
+    return _compat.is_cupy_array(block) and block.dtype.char in "fd" and block.size > 0
+
+
+def _contiguous(block: Any) -> Any:
+    import cupy
+
+    return cupy.ascontiguousarray(block)
 
 
 def _to_host(a: Any) -> Any:
@@ -85,6 +106,10 @@ def _scan_from(
     where = [slice(None)] * block.ndim
     where[axis] = slice(index, index + 1)
     carry = xp.asarray(carries[tuple(where)])  # host carries onto the block's device
+    if _real_cupy(block):
+        from .._cupy import cumulative as engine
+
+        return engine.logcumsumexp_from(_contiguous(block), carry, axis, exclusive, reverse)
     joined = xp.concat([block, carry] if reverse else [carry, block], axis=axis)
     out = _scan(joined, axis, exclusive, reverse)
     keep = [slice(None)] * block.ndim
