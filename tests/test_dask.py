@@ -457,6 +457,35 @@ def test_mvn_parameters_enter_the_graph_once():
         assert len(graph) > 8
 
 
+def test_mvn_methods_get_the_chunks_themselves(monkeypatch):
+    """Each chunk of points reaches the in-memory method as the stored block, not a copy
+    (Dask's blockwise with concatenate=True copies a block along a dimension it drops), with
+    in-memory and with Dask parameters (chunked as the points are)."""
+    rng = np.random.default_rng(9)
+    d = _mvn(rng, (2,), 3)
+    v = rng.standard_normal((40, 2, 3))
+    want = d.log_prob(v)
+    lazy = MultivariateNormal(
+        da.from_array(to_loc(d), chunks=(1, 3)),
+        covariance_matrix=da.from_array(to_cov(d), chunks=(1, 3, 3)),
+    )
+    seen = []
+    log_prob = MultivariateNormal.log_prob
+
+    def spy(self, value):
+        if isinstance(value, np.ndarray):
+            seen.append(value.__array_interface__["data"][0])
+        return log_prob(self, value)
+
+    monkeypatch.setattr(MultivariateNormal, "log_prob", spy)
+    for dist, chunks in ((d, (10, 2, 3)), (lazy, (10, 1, 3))):
+        dv = da.from_array(v, chunks=chunks).persist()
+        stored = {b.__array_interface__["data"][0] for b in dict(dv.dask).values()}
+        seen.clear()
+        np.testing.assert_allclose(dist.log_prob(dv).compute(), want, rtol=1e-12)
+        assert sorted(seen) == sorted(stored)
+
+
 def to_cov(d):
     return np.asarray(d.covariance_matrix)
 

@@ -416,24 +416,38 @@ class MultivariateNormal:
         xp = self._xp
         full = (*self._batch_shape, self._d)
 
-        def chunk(block: Any, dist: Any, block_info: Any = None) -> Any:
-            where = block_info[0]["array-location"]
-            sl = tuple(slice(a, b) for a, b in where[len(where) - 1 - nb : len(where) - 1])
+        def chunk(block: Any, dist: Any, where: tuple[slice, ...]) -> Any:
+            # `where`: the block's slices of the value's batch dimensions; the distribution's
+            # batch dimensions are the last nb of them
+            sl = where[len(where) - nb :]
             sub = copy.copy(dist)
             sub._loc = xp.broadcast_to(dist._loc, full)[sl]
             sub._tril = xp.broadcast_to(dist._tril, (*full, dist._d))[sl]
-            sub._batch_shape = tuple(b - a for a, b in where[len(where) - 1 - nb : len(where) - 1])
+            sub._batch_shape = tuple(s.stop - s.start for s in sl)
             sub._linv_t = None if nb else dist._linv_t
             sub._fused = None
-            out = getattr(sub, method)(block, **kw)
+            out = getattr(sub, method)(dask_engine.single(block), **kw)
             return xp.stack(out, axis=-1) if out_axis else out
 
+        from dask.layers import ArraySliceDep
+
+        from .._dask import distributions as dask_engine
+
         dist = _graph_input(self)
+        lead = tuple(range(len(batch)))  # blockwise indices of the batch dimensions
+        ind = (*lead, len(batch))  # and of the event dimension
         if out_axis:
-            chunks = (*v.chunks[:-1], (out_axis,))
-            out = v.map_blocks(chunk, dist, dtype=self._dtype, chunks=chunks)
+            out = da.blockwise(
+                chunk, ind, v, ind, dist, None, ArraySliceDep(v.chunks[:-1]), lead,
+                dtype=self._dtype, adjust_chunks={len(batch): out_axis}, meta=v._meta,
+                align_arrays=False,  # as map_blocks passes a BlockwiseDep
+            )  # fmt: skip
             return tuple(out[..., i] for i in range(out_axis))
-        return v.map_blocks(chunk, dist, drop_axis=len(batch), dtype=self._dtype)
+        # concatenate=False: the block as it is, not a copy (see `dask_engine.single`)
+        return da.blockwise(
+            chunk, lead, v, ind, dist, None, ArraySliceDep(v.chunks[:-1]), lead,
+            dtype=self._dtype, concatenate=False, meta=v._meta.sum(axis=-1), align_arrays=False,
+        )  # fmt: skip
 
     # ---- densities, moments, sampling -------------------------------------------------------
 
