@@ -370,7 +370,7 @@ def test_sparse_divide_dask_errors():
 
 def test_scale_command_runs():
     """``python -m xpops scale`` on a one-worker CPU cluster, tiny sizes: it reports every
-    workload against its in-memory baseline."""
+    workload against its in-memory baseline and Dask's own cost."""
     pytest.importorskip("distributed")
     args = ["--workers", "1", "--scan-log2", "12", "--chunk-log2", "10", "--points-log2", "10"]
     out = subprocess.run(
@@ -381,8 +381,14 @@ def test_scale_command_runs():
         timeout=300,
     ).stdout
     rows = [line for line in out.splitlines() if line.startswith("- ")]
-    assert len(rows) == 2, out
-    assert all("1 worker(s)" in r and "x the time" in r for r in rows), out
+    assert len(rows) == 3, out
+    for row in rows[:2]:
+        assert "in-memory" in row, out
+        assert "threaded scheduler" in row, out
+        assert "1 worker(s)" in row, out
+        assert "x the time" in row, out
+    assert "no-op" in rows[2], out
+    assert "1 worker(s)" in rows[2], out
 
 
 def test_distributed_local_cluster():

@@ -2,17 +2,20 @@
 
 The two workloads of issue 7: ``logcumsumexp`` along a long 1-D array, and
 ``MultivariateNormal.log_prob`` of many points in D = 16. Inputs are generated on the workers
-(nothing is shipped from the client), results are persisted on the workers (nothing is
-gathered; on GPUs each run ends when every worker's device is done), and each configuration
-is timed as the median of a few runs after a warm-up. The in-memory xpops call on the same
+(nothing is shipped from the client), a fresh one a run before its clock starts (new keys, so
+no run finds an earlier result, and no extra task a chunk to rename them), results are
+persisted on the workers (nothing is gathered; on GPUs each run ends when every worker's
+device is done), and each configuration is timed as the median of a few runs after a
+warm-up. The in-memory xpops call on the same
 data in this process is the baseline; where that data does not fit in the GPU's memory with
 the call's result and temporaries, the baseline is the largest power-of-two fraction of it
 that fits, and the comparison is one of throughput.
 ``--gpu`` uses ``dask_cuda.LocalCUDACluster`` (one worker a GPU, CuPy chunks, dask-cuda's
 spilling to host memory off: the workloads are sized to fit, and a spill would time host
-copies) instead of a CPU ``distributed.LocalCluster`` (one single-threaded worker process a
-core). With more workers than GPUs (a one-GPU machine asked for two) the GPU workers are
-processes of a ``distributed.LocalCluster`` that share the device, and the report says so.
+copies) instead of a CPU ``distributed.LocalCluster`` (one worker process a core). Workers
+have ``--threads`` threads each (default 1). With more workers than GPUs (a one-GPU machine
+asked for two) the GPU workers are processes of a ``distributed.LocalCluster`` that share the
+device, and the report says so.
 """
 
 import argparse
@@ -27,6 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scan-log2", type=int, default=26, help="log2 of the scan's length")
     parser.add_argument("--chunk-log2", type=int, default=22, help="log2 of its chunk length")
     parser.add_argument("--points-log2", type=int, default=22, help="log2 of the MVN points")
+    parser.add_argument("--threads", type=int, default=1, help="threads a worker")
     parser.add_argument("--repeats", type=int, default=3)
 
 
@@ -54,16 +58,22 @@ def _workloads(args: argparse.Namespace, xp: Any) -> dict[str, Any]:
     cov = xp.asarray(g @ g.T / d + np.eye(d), dtype=xp.float32)
     dist = MultivariateNormal(xp.zeros(d, dtype=xp.float32), covariance_matrix=cov)
 
-    def rng_meta() -> Any:
+    def rng_meta(seed: int) -> Any:
         if xp.__name__ == "cupy":
-            return da.random.RandomState(RandomState=xp.random.RandomState)
-        return da.random.RandomState(0)
+            return da.random.RandomState(seed, RandomState=xp.random.RandomState)
+        return da.random.RandomState(seed)
 
-    def scan_input() -> Any:
-        return rng_meta().standard_normal(n, chunks=chunk).astype("float32")
+    def normals(seed: int, shape: Any, chunks: Any) -> Any:
+        if xp.__name__ == "cupy":  # float32 drawn as such: no float64 chunk on the device
+            return rng_meta(seed).standard_normal(shape, chunks=chunks, dtype="float32")
+        return rng_meta(seed).standard_normal(shape, chunks=chunks).astype("float32")
 
-    def points_input() -> Any:
-        return rng_meta().standard_normal((points, d), chunks=(chunk // d, d)).astype("float32")
+    # a seed a run: fresh keys, so that no run finds an earlier run's result
+    def scan_input(seed: int) -> Any:
+        return normals(seed, n, chunk)
+
+    def points_input(seed: int) -> Any:
+        return normals(seed, (points, d), (chunk // d, d))
 
     import xpops
 
@@ -89,8 +99,9 @@ def _workloads(args: argparse.Namespace, xp: Any) -> dict[str, Any]:
     }
 
 
-def _same(block: Any) -> Any:
-    return block
+def _held(dask_worker: Any) -> int:
+    """How many results the worker holds (``client.run`` passes the worker)."""
+    return len(dask_worker.data)
 
 
 def _synchronize() -> None:
@@ -105,6 +116,47 @@ def _release() -> None:
     import cupy
 
     cupy.get_default_memory_pool().free_all_blocks()
+
+
+THREADED = "this process, threaded scheduler"
+
+
+def _noop(data: Any) -> Any:
+    """A task a chunk that does nothing: what Dask itself costs a run."""
+    return data.map_blocks(_same)
+
+
+def _same(block: Any) -> Any:
+    return block
+
+
+def _timed_runs(
+    make_input: Any, op: Any, repeats: int, persist: Any, settle: Any, drain: Any
+) -> float:
+    """Median seconds of `repeats` runs (after one to warm up) of ``persist(op(data))`` until
+    `settle` returns, each on a fresh ``data = persist(make_input(run))`` made before the
+    clock starts; `drain` frees both before the next run."""
+    samples = []
+    for run in range(repeats + 1):
+        data = persist(make_input(run))
+        settle(data)
+        start = time.perf_counter()
+        out = persist(op(data))
+        settle(out)
+        samples.append(time.perf_counter() - start)
+        del data, out
+        drain()
+    return statistics.median(samples[1:])
+
+
+def _drain(client: Any, gpu: bool) -> None:
+    """Wait until the workers have dropped the released input and result (the next run's
+    input needs the memory), then, on GPUs, hand CuPy's pools back to the devices."""
+    deadline = time.perf_counter() + 60
+    while sum(client.run(_held).values()) and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    if gpu:
+        client.run(_release)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -139,40 +191,61 @@ def run(args: argparse.Namespace) -> int:
                 local = call = None
                 if args.gpu:  # the workers need the memory this process's pool keeps
                     xp.get_default_memory_pool().free_all_blocks()
+    noop: dict[str, float] = {}
+
+    def settle_here(c: Any) -> None:
+        if args.gpu:
+            xp.cuda.Device().synchronize()
+
+    def drain_here() -> None:
+        if args.gpu:
+            xp.get_default_memory_pool().free_all_blocks()
+
+    def persist_here(c: Any) -> Any:
+        return c.persist(scheduler="threads")
+
+    for name, (make_input, op, _, _) in work.items():
+        seconds = _timed_runs(make_input, op, args.repeats, persist_here, settle_here, drain_here)
+        results[name][THREADED] = seconds
+        print(f"  {name}, {THREADED}: {seconds:.3f} s", flush=True)
     gpus = xp.cuda.runtime.getDeviceCount() if args.gpu else 0
     for workers in counts:
         if args.gpu and workers <= gpus:
-            cluster = LocalCUDACluster(n_workers=workers, device_memory_limit=0)
+            cluster = LocalCUDACluster(
+                n_workers=workers, threads_per_worker=args.threads, device_memory_limit=0
+            )
         else:
             if args.gpu:  # more workers than GPUs: worker processes share the device
                 print(f"{workers} workers on {gpus} GPU(s): a LocalCluster sharing the device(s)")
             cluster = LocalCluster(
-                n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None
+                n_workers=workers,
+                threads_per_worker=args.threads,
+                processes=True,
+                dashboard_address=None,
             )
         with cluster, Client(cluster) as client:
+
+            def settle(c: Any, client: Any = client) -> None:
+                wait(c)
+                if args.gpu:
+                    client.run(_synchronize)
+
+            def drain(client: Any = client) -> None:
+                _drain(client, args.gpu)
+
             for name, (make_input, op, _, _) in work.items():
-                data = client.persist(make_input())
-                wait(data)
-
-                runs = iter(range(10**9))
-
-                def compute(data: Any = data, op: Any = op, runs: Any = runs) -> None:
-                    # a fresh name each run: Dask would otherwise find the previous result
-                    fresh = data.map_blocks(_same, name=f"xpops-scale-input-{next(runs)}")
-                    out = client.persist(op(fresh))
-                    wait(out)
-                    if args.gpu:
-                        client.run(_synchronize)
-                    del out
-
-                seconds = _time(compute, args.repeats)
+                seconds = _timed_runs(make_input, op, args.repeats, client.persist, settle, drain)
                 results[name][f"{workers} worker(s)"] = seconds
                 print(f"  {name}, {workers} worker(s): {seconds:.3f} s", flush=True)
-                del data
-                if args.gpu:
-                    client.run(_release)
+            make_input = next(iter(work.values()))[0]
+            seconds = _timed_runs(make_input, _noop, args.repeats, client.persist, settle, drain)
+            noop[f"{workers} worker(s)"] = seconds
+            print(f"  no-op task a chunk, {workers} worker(s): {seconds:.3f} s", flush=True)
     kind = "GPU" if args.gpu else "CPU"
-    print(f"xpops scale ({kind}); seconds, median of {args.repeats}; GB/s of bytes moved")
+    print(
+        f"xpops scale ({kind}, {args.threads} thread(s) a worker); seconds, median of "
+        f"{args.repeats}; GB/s of bytes moved"
+    )
     for name, shrink in shrinks.items():
         if shrink:
             print(
@@ -190,7 +263,14 @@ def run(args: argparse.Namespace) -> int:
             if first
         )
         memory = times.get("in-memory")
-        versus = f"{base / memory:.2f}x the time" if memory else "no in-memory run fitted"
-        parts = [cells, speedups, f"Fastest Dask vs in-memory: {versus}"]
-        print(f"- {name}: " + ". ".join(p for p in parts if p))
+        if memory:
+            versus = (
+                f"Fastest cluster vs in-memory: {base / memory:.2f}x the time; threaded "
+                f"scheduler vs in-memory: {times[THREADED] / memory:.2f}x"
+            )
+        else:
+            versus = "no in-memory run fitted"
+        print(f"- {name}: " + ". ".join(p for p in (cells, speedups, versus) if p))
+    cells = "; ".join(f"{k} {t:.3f} s" for k, t in noop.items())
+    print(f"- Dask's own cost, a no-op task a chunk of the scan's input: {cells}")
     return 0
