@@ -10,11 +10,11 @@ carries: on a local cluster each task costs the scheduler about a millisecond; 8
 their meaning: the carry of the first block is ``-inf``, the identity. Only the carries cross
 blocks.
 
-NumPy (and complex) blocks: the total is a max-shifted reduction with one ``exp`` an element
-(complex: the in-memory scan's last element), and the carry is placed in front of the block
-(behind it when reversed) so that it enters the scan as one more element: a copy of the block,
-but no second ``exp`` and ``log`` an element (scanning first and adding the carry with
-``logaddexp`` afterwards took 1.3 times as long on the CPU).
+NumPy blocks, and complex blocks of either library: the total is a max-shifted reduction with
+one ``exp`` an element (complex: the in-memory scan's last element), and the carry is placed
+in front of the block (behind it when reversed) so that it enters the scan as one more
+element: a copy of the block, but no second ``exp`` and ``log`` an element (scanning first and
+adding the carry with ``logaddexp`` afterwards took 1.3 times as long on the CPU).
 
 CuPy blocks (float32, float64): where the in-memory op scans with its tiles kernels (long rows
 along the last axis, as a 1-D scan), the carry enters each row's first tile in the kernel, and

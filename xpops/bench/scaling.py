@@ -3,13 +3,14 @@
 The two workloads of issue 7: ``logcumsumexp`` along a long 1-D array, and
 ``MultivariateNormal.log_prob`` of many points in D = 16. Inputs are generated on the workers
 (nothing is shipped from the client), a fresh one a run before its clock starts (new keys, so
-no run finds an earlier result, and no extra task a chunk to rename them), results are
+no run finds an earlier result, and no extra task a chunk to rename them); results are
 persisted on the workers (nothing is gathered; on GPUs each run ends when every worker's
-device is done), and each configuration is timed as the median of a few runs after a
-warm-up. The in-memory xpops call on the same
-data in this process is the baseline; where that data does not fit in the GPU's memory with
-the call's result and temporaries, the baseline is the largest power-of-two fraction of it
-that fits, and the comparison is one of throughput.
+device is done); each configuration is timed as the median of a few runs after a warm-up.
+Baselines: the in-memory xpops call on the same data in this process (where that data does
+not fit in the GPU's memory with the call's result and temporaries, the largest power-of-two
+fraction of it that fits, compared by throughput); the same Dask graphs run in this process
+by Dask's threaded scheduler (no cluster); and, on each cluster, a graph of one no-op task a
+chunk, what Dask itself costs a run.
 ``--gpu`` uses ``dask_cuda.LocalCUDACluster`` (one worker a GPU, CuPy chunks, dask-cuda's
 spilling to host memory off: the workloads are sized to fit, and a spill would time host
 copies) instead of a CPU ``distributed.LocalCluster`` (one worker process a core). Workers
