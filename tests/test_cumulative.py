@@ -971,9 +971,9 @@ def _carry_cases():
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_scan_from_carry_and_totals(cupy_only, exclusive, reverse, dtype):
-    """The Dask engine's two CuPy helpers against a float64 reference: the scan started from a
-    carry (a scan of the carry placed before the data, the carry's output dropped) and the
-    totals along the axis; carries and rows with NaN, +-inf, all -inf and jumps of 1000."""
+    """The Dask engine's two CuPy helpers against a long double reference: the scan started
+    from a carry (a scan of the carry placed before the data, the carry's output dropped) and
+    the totals along the axis; carries and rows with NaN, +-inf, all -inf and jumps of 1000."""
     from xpops._cupy import cumulative as cc
 
     cupy = cupy_only
