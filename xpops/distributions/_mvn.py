@@ -70,6 +70,34 @@ def _graph_input(dist: "MultivariateNormal") -> Any:
     return dask.delayed(dist, pure=False, traverse=False)
 
 
+def _dask_chunk(
+    block: Any,
+    dist: "MultivariateNormal",
+    where: tuple[slice, ...],
+    method: str,
+    out_axis: int,
+    kw: dict[str, Any],
+) -> Any:
+    """`method` of one chunk of a Dask value (`_over_dask`): `where` holds the block's slices of
+    the value's batch dimensions, the last ``len(dist.batch_shape)`` of them the
+    distribution's. A module-level function: a closure would be pickled into every task."""
+    import copy
+
+    from .._dask.distributions import single
+
+    xp, nb = dist._xp, len(dist._batch_shape)
+    full = (*dist._batch_shape, dist._d)
+    sl = where[len(where) - nb :]
+    sub = copy.copy(dist)
+    sub._loc = xp.broadcast_to(dist._loc, full)[sl]
+    sub._tril = xp.broadcast_to(dist._tril, (*full, dist._d))[sl]
+    sub._batch_shape = tuple(s.stop - s.start for s in sl)
+    sub._linv_t = None if nb else dist._linv_t
+    sub._fused = None
+    out = getattr(sub, method)(single(block), **kw)
+    return xp.stack(out, axis=-1) if out_axis else out
+
+
 class MultivariateNormal:
     r"""Multivariate normal distributions, batched over their parameters.
 
@@ -396,8 +424,6 @@ class MultivariateNormal:
         the slice of the parameters its batch dimensions cover. Checks run when a chunk is
         computed. `out_axis` > 0: the method returns that many stacked results (cdf with
         return_error)."""
-        import copy
-
         import dask.array as da
 
         vs = tuple(int(s) for s in value.shape)
@@ -412,41 +438,24 @@ class MultivariateNormal:
             )
             raise ValueError(msg) from None
         v = da.broadcast_to(value, (*batch, self._d)).rechunk({len(batch): -1})
-        nb = len(self._batch_shape)
-        xp = self._xp
-        full = (*self._batch_shape, self._d)
-
-        def chunk(block: Any, dist: Any, where: tuple[slice, ...]) -> Any:
-            # `where`: the block's slices of the value's batch dimensions; the distribution's
-            # batch dimensions are the last nb of them
-            sl = where[len(where) - nb :]
-            sub = copy.copy(dist)
-            sub._loc = xp.broadcast_to(dist._loc, full)[sl]
-            sub._tril = xp.broadcast_to(dist._tril, (*full, dist._d))[sl]
-            sub._batch_shape = tuple(s.stop - s.start for s in sl)
-            sub._linv_t = None if nb else dist._linv_t
-            sub._fused = None
-            out = getattr(sub, method)(dask_engine.single(block), **kw)
-            return xp.stack(out, axis=-1) if out_axis else out
-
         from dask.layers import ArraySliceDep
-
-        from .._dask import distributions as dask_engine
 
         dist = _graph_input(self)
         lead = tuple(range(len(batch)))  # blockwise indices of the batch dimensions
         ind = (*lead, len(batch))  # and of the event dimension
+        options = {"method": method, "out_axis": out_axis, "kw": kw}
         if out_axis:
             out = da.blockwise(
-                chunk, ind, v, ind, dist, None, ArraySliceDep(v.chunks[:-1]), lead,
+                _dask_chunk, ind, v, ind, dist, None, ArraySliceDep(v.chunks[:-1]), lead,
                 dtype=self._dtype, adjust_chunks={len(batch): out_axis}, meta=v._meta,
-                align_arrays=False,  # as map_blocks passes a BlockwiseDep
+                align_arrays=False, **options,  # align_arrays: as map_blocks with a BlockwiseDep
             )  # fmt: skip
             return tuple(out[..., i] for i in range(out_axis))
-        # concatenate=False: the block as it is, not a copy (see `dask_engine.single`)
+        # concatenate=False: the block as it is, not a copy (see `_dask.distributions.single`)
         return da.blockwise(
-            chunk, lead, v, ind, dist, None, ArraySliceDep(v.chunks[:-1]), lead,
+            _dask_chunk, lead, v, ind, dist, None, ArraySliceDep(v.chunks[:-1]), lead,
             dtype=self._dtype, concatenate=False, meta=v._meta.sum(axis=-1), align_arrays=False,
+            **options,
         )  # fmt: skip
 
     # ---- densities, moments, sampling -------------------------------------------------------
