@@ -64,8 +64,8 @@ def _total(block: Any, axis: int, reverse: bool) -> Any:
 
         return _to_host(engine.total(_contiguous(block), axis, reverse))
     if _compat.is_cupy_array(block) or xp.isdtype(block.dtype, "complex floating"):
-        # the in-memory scan's last element: the op's own complex rules, and on the GPU the
-        # fast scan (not CuPy's reductions: see the module docstring)
+        # the in-memory scan's last element: the op's own complex rules, and for the CuPy
+        # blocks left (complex, or empty across the axis) no CuPy reduction (module docstring)
         scanned = _scan(block, axis, False, reverse)
         index = [slice(None)] * block.ndim
         index[axis] = slice(0, 1) if reverse else slice(-1, None)

@@ -38,8 +38,9 @@ within minutes: (10000, 16, 16) K=1 5.5-5.7 ms against ``torch.cholesky_solve``'
 PyTorch's C loop over LAPACK calls stays ahead on many tiny systems: the transposing gather
 alone costs about 2 ms for these 20 MB, and each of the 2M steps is a NumPy call. Two
 threads over halves of the batch gained only 25% on the rows path and 15% on the batch-last
-one (5.4 to 4.6 ms; the calls hold the GIL between their loops), so neither is done. Reaching
-twice PyTorch's speed here needs compiled code.
+one (5.4 to 4.6 ms; the calls hold the GIL between their loops), so neither is done; a later
+run had two threads slower on batch last (5.1-5.5 against 5.0 ms; 20 against 12.5 ms with
+chunks of 128 KiB). Reaching twice PyTorch's speed here needs compiled code.
 """
 
 import functools
