@@ -90,6 +90,28 @@ def test_logcumsumexp_dtypes():
     assert_same(xpops.logcumsumexp(da.from_array(h, chunks=4)), xpops.logcumsumexp(h), 2e-3)
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+def test_logcumsumexp_totals_come_first(reverse):
+    """Up to 16 blocks along the axis: one total a block but the last in scan order, each row's
+    ordered before every scan of the row (a worker scanning first would keep the next worker
+    waiting for a total)."""
+    from dask.order import order
+
+    dx = da.from_array(np.arange(40.0).reshape(2, 20), chunks=(1, 4))
+    out = xpops.logcumsumexp(dx, axis=1, reverse=reverse)
+    graph = dict(out.__dask_graph__())
+    priority = order(graph)
+    totals = [k for k in graph if isinstance(k, tuple) and "-total-" in k[0]]
+    scans = [k for k in graph if isinstance(k, tuple) and k[0] == out.name]
+    assert sorted(k[1:] for k in totals) == [
+        (r, b) for r in range(2) for b in range(5) if b != (0 if reverse else 4)
+    ]
+    assert len(scans) == 10
+    for row in range(2):
+        last_total = max(priority[k] for k in totals if k[1] == row)
+        assert last_total < min(priority[k] for k in scans if k[1] == row)
+
+
 def test_logcumsumexp_is_lazy():
     calls = []
 
