@@ -470,19 +470,26 @@ def test_mvn_sample_in_chunks():
         d.sample((4,), rng=np.random.default_rng(0), chunks=2)
 
 
-def test_mvn_parameters_enter_the_graph_once():
-    """The in-memory distribution is one input of the graph (fetched once by each worker), not
-    a constant pickled into every task."""
+@pytest.mark.parametrize(("d", "once"), [(3, False), (64, True)])
+def test_mvn_parameters_enter_the_graph(d, once):
+    """Small parameters go into every chunk's task (no task ahead of the chunks); large ones
+    (over 64 KiB) are one input of the graph (fetched once by each worker), not a constant
+    pickled into every task."""
     cloudpickle = pytest.importorskip("cloudpickle")
     rng = np.random.default_rng(8)
-    d = _mvn(rng, (2,), 3)
-    dv = da.from_array(rng.standard_normal((40, 2, 3)), chunks=(5, 2, 3))
-    factor = np.ascontiguousarray(d.scale_tril).tobytes()
-    for out in (d.log_prob(dv), d.cdf(dv, rng=1), d.sample((40,), rng=1, chunks=5)):
+    dist = _mvn(rng, (4,), d)
+    dv = da.from_array(rng.standard_normal((40, 4, d)), chunks=(5, 4, d))
+    factor = np.ascontiguousarray(dist.scale_tril).tobytes()
+    for out in (dist.log_prob(dv), dist.cdf(dv, rng=1), dist.sample((40,), rng=1, chunks=5)):
         graph = dict(out.__dask_graph__())
         holders = [k for k, v in graph.items() if factor in cloudpickle.dumps(v)]
-        assert len(holders) == 1, holders
-        assert len(graph) > 8
+        chunk_tasks = [k for k in graph if isinstance(k, tuple) and k[0] == out.name]
+        assert len(chunk_tasks) == 8
+        if once:
+            assert len(holders) == 1, holders
+            assert holders[0] not in chunk_tasks
+        else:
+            assert sorted(holders) == sorted(chunk_tasks)
 
 
 def test_mvn_methods_get_the_chunks_themselves(monkeypatch):

@@ -61,13 +61,64 @@ def _all(xp: Namespace, condition: Array) -> bool:
     return bool(xp.all(condition))
 
 
+# Parameters up to this size go into every chunk's task (see `_graph_input`).
+_EMBED_BYTES = 64 * 1024
+
+
 def _graph_input(dist: "MultivariateNormal") -> Any:
-    """`dist` as one input of a Dask graph (a key of its own that each worker fetches once),
-    not a constant inside every task, whose parameters would then be serialized for every
-    task."""
+    """`dist` as an input of a Dask graph. Small parameters (a few matrices): an argument of
+    every chunk's task, with CuPy arrays as NumPy copies (`_Carried`), so that the chunks wait
+    for nothing (a task of its own ahead of them is one more scheduler round trip: one
+    worker's log_prob of 2^30 points in D = 16 on an H100 took 58.7 ms with it, 55.5 without).
+    Larger ones: a key of its own that each worker fetches once, not a constant serialized for
+    every task."""
     import dask
 
+    state = vars(dist).values()
+    arrays = [v for v in state if hasattr(v, "nbytes")]
+    arrays += [v for t in state if isinstance(t, tuple) for v in t if hasattr(v, "nbytes")]
+    if sum(a.nbytes for a in arrays) <= _EMBED_BYTES:
+        return _Carried(dist)
     return dask.delayed(dist, pure=False, traverse=False)
+
+
+class _Carried:
+    """A small distribution inside every chunk's task. Its CuPy arrays travel as NumPy copies
+    and return to the GPU of the worker that runs the task (`arrive`): pickling and unpickling
+    a D = 16 distribution took 250 us with its CuPy arrays, 85 us with NumPy copies."""
+
+    def __init__(self, dist: "MultivariateNormal") -> None:
+        def host(v: Any) -> Any:
+            if isinstance(v, tuple):
+                return tuple(host(e) for e in v)
+            return _OnHost(v.get()) if _compat.is_cupy_array(v) else v
+
+        self.state = {k: host(v) for k, v in vars(dist).items()}
+
+    def arrive(self) -> "MultivariateNormal":
+        def device(v: Any) -> Any:
+            if isinstance(v, tuple):
+                return tuple(device(e) for e in v)
+            if isinstance(v, _OnHost):
+                import cupy
+
+                return cupy.asarray(v.array)
+            return v
+
+        dist = MultivariateNormal.__new__(MultivariateNormal)
+        vars(dist).update({k: device(v) for k, v in self.state.items()})
+        return dist
+
+
+class _OnHost:
+    """A NumPy copy of a CuPy array (`_Carried`)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+
+def _arrived(dist: Any) -> "MultivariateNormal":
+    return dist.arrive() if isinstance(dist, _Carried) else dist
 
 
 def _dask_chunk(
@@ -85,6 +136,7 @@ def _dask_chunk(
 
     from .._dask.distributions import single
 
+    dist = _arrived(dist)
     xp, nb = dist._xp, len(dist._batch_shape)
     full = (*dist._batch_shape, dist._d)
     sl = where[len(where) - nb :]
@@ -640,7 +692,7 @@ class MultivariateNormal:
             child = np.random.SeedSequence(entropy, spawn_key=(index,))  # not a list per task
             size = block_info[None]["chunk-shape"][: len(blocks)]
             seed = int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
-            return sampler.rsample(tuple(size), rng=seed)
+            return _arrived(sampler).rsample(tuple(size), rng=seed)
 
         meta = xp.empty((0,) * len(full_chunks), dtype=self._dtype)
         sampler = _graph_input(copy.copy(self))
