@@ -1009,6 +1009,31 @@ def test_scan_from_carry_and_totals(cupy_only, exclusive, reverse, dtype):
         _assert_scan_equal(total.get(), want_total, atol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_totals_of_long_rows(cupy_only, dtype):
+    """The Dask engine's row totals where each block of the reduction takes many steps (rows of
+    millions of elements), against a long double reference: a row with a NaN, one with +inf,
+    one of -inf only, one with a jump of 1000, and a row start that is not vector-aligned."""
+    from xpops._cupy import cumulative as cc
+
+    cupy = cupy_only
+    rng = np.random.default_rng(14)
+    atol = 1e-4 if dtype == "float32" else 1e-11
+    L = cc.TOTAL_BLOCKS_PER_SM * 200 * cc.TOTAL_ROUNDS * cc.TILES_BLOCK * 4 + 3
+    x = (rng.standard_normal((5, L)) * 10).astype(dtype)
+    x[0, L // 3] = np.nan
+    x[1, 2 * L // 3] = np.inf
+    x[2] = -np.inf
+    x[3, L - 2] = 1000.0
+    got = cc.total(cupy.asarray(x), 1, False).get()
+    assert got.shape == (5, 1)
+    with np.errstate(invalid="ignore"):
+        want = np.logaddexp.reduce(x.astype(np.longdouble), axis=1, keepdims=True)
+    _assert_scan_equal(got, want, atol)
+    one = cc.total(cupy.asarray(x[4]), 0, True).get()
+    _assert_scan_equal(one, want[4], atol)
+
+
 def test_kernel_choice(cupy_only):
     from xpops._cupy.cumulative import choose_kernel
 

@@ -38,6 +38,9 @@ BLOCK = 256  # threads per block of the columns kernel
 TILES_BLOCK = 256
 TILE_ITEMS = {"float32": 32, "float64": 16}
 TILE_VECTOR = {"float32": 4, "float64": 2}
+# The row totals (`total`): ROUNDS vector loads a thread a step, about this many blocks an SM.
+TOTAL_ROUNDS = 4
+TOTAL_BLOCKS_PER_SM = 8
 # A block of the tiles kernel prefetches into L2 the tile TILES_PREFETCH_PER_SM * SMs ahead of
 # its own (a quarter of the resident blocks) on rows of at least TILES_PREFETCH_MIN_TILES
 # tiles. Measured on an H100, kernel time, 2**28 float32 1-D: 74% without, 82% one tile an SM
@@ -516,7 +519,7 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
                          const long long tiles_per_row, const long long tiles,
                          const long long prefetch_distance, const int exclusive,
                          const int reverse, unsigned long long* __restrict__ state,
-                         const T* __restrict__ carry, T* __restrict__ totals) {
+                         const T* __restrict__ carry) {
     constexpr int VEC = Vec<T>::N, WARPS = THREADS / 32, TILE = ROUNDS * THREADS * VEC;
     static_assert(ROUNDS * WARPS <= 64, "warp 0 scans the chunk sums two to a lane");
     __shared__ T warp_max_sh[WARPS], sums_sh[ROUNDS * WARPS];
@@ -597,13 +600,9 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
         const T sum = isfinite(B) ? warp_exclusive_sums(sums_sh, ROUNDS * WARPS, lane) : T(0);
         const Pair<T> total = tile_total(B, sum);
         const Pair<T> prefix =
-            tile_look_back(lb, tile, r * tiles_per_row, lane, total, carry ? carry + r : nullptr);
+            tile_look_back(lb, tile, tile - q, lane, total, carry ? carry + r : nullptr);
         if (lane == 0) prefix_sh = prefix;
-        if (totals && lane == 0 && q == tiles_per_row - 1) {
-            totals[r] = value(combine(prefix, total));
-        }
     }
-    if (totals) return;  // the row totals alone: nothing else is written
     __syncthreads();
     const Pair<T> P = prefix_sh;
     if (!fast_ok(B, first_sh, P)) {
@@ -642,7 +641,7 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
                                 const long long tiles_per_row, const long long tiles,
                                 const long long prefetch_distance, const int exclusive,
                                 const int reverse, unsigned long long* __restrict__ state,
-                                const T* __restrict__ carry, T* __restrict__ totals) {
+                                const T* __restrict__ carry) {
     constexpr int WARPS = THREADS / 32, TILE = ITEMS * THREADS, RUN = ITEMS + 1;
     constexpr int UNROLL = 4;
     static_assert(WARPS <= 64, "warp 0 scans the warp totals two to a lane");
@@ -715,13 +714,9 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
         const T sum = isfinite(B) ? warp_exclusive_sums(warp_sh, WARPS, lane) : T(0);
         const Pair<T> total = tile_total(B, sum);
         const Pair<T> prefix =
-            tile_look_back(lb, tile, r * tiles_per_row, lane, total, carry ? carry + r : nullptr);
+            tile_look_back(lb, tile, tile - q, lane, total, carry ? carry + r : nullptr);
         if (lane == 0) prefix_sh = prefix;
-        if (totals && lane == 0 && q == tiles_per_row - 1) {
-            totals[r] = value(combine(prefix, total));
-        }
     }
-    if (totals) return;  // the row totals alone: nothing else is written
     __syncthreads();
     const Pair<T> P = prefix_sh;
     if (!fast_ok(B, first_sh, P)) {
@@ -740,6 +735,69 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
         const long long g = start + l;
         if (g < L) outr[reverse ? L - 1 - g : g] = buf[l + l / ITEMS];
     }
+}
+
+// ---- row totals: log(sum(exp(x))) of long rows, nothing else written (the Dask engine's
+// block totals) ------------------------------------------------------------------------------
+// Block (r, p) reduces elements [p * part, (p + 1) * part) of row r: each thread takes chunks
+// of ROUNDS x VEC elements (vector loads where aligned), sums a chunk against its maximum and
+// combines that pair into its own, then the block's pair goes to partials[r * parts + p]. A
+// reduction needs neither the scan's look-back nor its exact path: each element is read once
+// with one exp. xpops_logsumexp_rows then combines each row's parts, a warp a row.
+template <typename T, int ROUNDS, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+xpops_logsumexp_parts(const T* __restrict__ x, const long long L, const long long parts,
+                      const long long part, T* __restrict__ partials) {
+    constexpr int VEC = Vec<T>::N, STEP = ROUNDS * THREADS * VEC;
+    constexpr unsigned long long ALIGN = sizeof(T) * VEC;
+    __shared__ Pair<T> warp_sh[THREADS / 32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long r = blockIdx.x / parts, p = blockIdx.x % parts;
+    const T* xr = x + r * L;
+    const long long lo = p * part, hi = min(L, lo + part);
+    Pair<T> acc = identity<T>();
+    for (long long s = lo; s < hi; s += STEP) {
+        const bool vector =
+            s + STEP <= hi && (reinterpret_cast<unsigned long long>(xr + s) % ALIGN) == 0;
+        T v[ROUNDS][VEC];
+#pragma unroll
+        for (int k = 0; k < ROUNDS; ++k) {
+            load_chunk<T, VEC>(xr, hi, s + ((long long)k * THREADS + tid) * VEC, 0, vector, v[k]);
+        }
+        T m = v[0][0];
+#pragma unroll
+        for (int k = 0; k < ROUNDS; ++k)
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) m = nan_max(m, v[k][j]);
+        T sum = T(0);
+        if (isfinite(m)) {
+#pragma unroll
+            for (int k = 0; k < ROUNDS; ++k)
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) sum += xexp(v[k][j] - m);
+        }
+        acc = combine(acc, tile_total(m, sum));
+    }
+    acc = warp_reduce(acc);
+    if (lane == 0) warp_sh[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+        acc = warp_reduce(lane < THREADS / 32 ? warp_sh[lane] : identity<T>());
+        if (lane == 0) reinterpret_cast<Pair<T>*>(partials)[blockIdx.x] = acc;
+    }
+}
+
+template <typename T>
+__global__ void xpops_logsumexp_rows(const T* __restrict__ partials, const long long rows,
+                                     const long long parts, T* __restrict__ totals) {
+    const long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (r >= rows) return;  // the whole warp: r is the warp's
+    const Pair<T>* pr = reinterpret_cast<const Pair<T>*>(partials) + r * parts;
+    Pair<T> acc = identity<T>();
+    for (long long p = lane; p < parts; p += 32) acc = combine(acc, pr[p]);
+    acc = warp_reduce(acc);
+    if (lane == 0) totals[r] = value(acc);
 }
 
 // ---- rows: many rows of up to a few thousand elements, a thread per row --------------------
@@ -956,6 +1014,8 @@ def _names(dtype_name: str) -> dict[str, str]:
             f"{STAGED_MIN_BLOCKS}>"
         ),
         "rows": f"xpops_logcumsumexp_rows<{t}, {ROW_CHUNK[dtype_name]}>",
+        "total_parts": (f"xpops_logsumexp_parts<{t}, {TOTAL_ROUNDS}, {TILES_BLOCK}>"),
+        "total_rows": f"xpops_logsumexp_rows<{t}>",
         "columns": f"xpops_logcumsumexp_columns<{t}, {COLUMN_ITEMS[dtype_name]}>",
         "column_blocks": (
             f"xpops_logcumsumexp_column_blocks<{t}, {COLUMN_BLOCK_ITEMS[dtype_name]}, "
@@ -1011,9 +1071,8 @@ def _look_back_state(slots: int, dtype: np.dtype) -> cupy.ndarray:
 _NULL = np.uint64(0)  # a null pointer argument
 
 
-def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, kind, carry=None, totals=None):
-    """The tiles scan of `rows` rows of length `L`; `carry` (rows,): each row's carry; with
-    `totals` (rows,), each row's total is written there and nothing to `out`."""
+def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, kind, carry=None):
+    """The tiles scan of `rows` rows of length `L`; `carry` (rows,): each row's carry."""
     name = x.dtype.name
     tiles_per_row = -(-L // (TILES_BLOCK * tile_items(kind, name)))
     tiles = rows * tiles_per_row
@@ -1034,7 +1093,6 @@ def _scan_tiles(x, out, rows, L, exclusive, reverse, kernel, kind, carry=None, t
             np.int32(reverse),
             state,
             _NULL if carry is None else carry,
-            _NULL if totals is None else totals,
         ),
         shared_mem=_staged_shared_bytes(name) if kind == "tiles_staged" else 0,
     )
@@ -1154,9 +1212,9 @@ def logcumsumexp_from(
 
 def total(x: cupy.ndarray, axis: int, reverse: bool) -> cupy.ndarray:
     """log(sum(exp(x))) along `axis` of `x` (float32/float64, C-contiguous, not empty), kept as
-    a dimension of length 1, with the scan's special values: on the tiles kernels, each
-    element read once and nothing written but the totals; otherwise the scan's last element
-    (first, when `reverse`)."""
+    a dimension of length 1, with the scan's special values: where the tiles kernels would scan
+    (long rows), a reduction that reads each element once and writes one value a part of a
+    row; otherwise the scan's last element (first, when `reverse`)."""
     kind = _tiles_kind(x, axis)
     shape = (*x.shape[:axis], 1, *x.shape[axis + 1 :])
     if kind is None:
@@ -1164,10 +1222,21 @@ def total(x: cupy.ndarray, axis: int, reverse: bool) -> cupy.ndarray:
         index = [slice(None)] * x.ndim
         index[axis] = slice(0, 1) if reverse else slice(-1, None)
         return scanned[tuple(index)]
-    rows = math.prod(x.shape[:axis])
+    rows, L = math.prod(x.shape[:axis]), x.shape[axis]
+    step = TOTAL_ROUNDS * TILES_BLOCK * TILE_VECTOR[x.dtype.name]
+    # about TOTAL_BLOCKS_PER_SM blocks an SM in all, each part a whole number of steps
+    parts = max(1, min(-(-L // step), TOTAL_BLOCKS_PER_SM * _multiprocessors() // rows))
+    part = -(-L // (parts * step)) * step
+    parts = -(-L // part)
+    partials = cupy.empty(2 * rows * parts, x.dtype)
     totals = cupy.empty(rows, x.dtype)
-    kernel = _kernels(x.dtype.name)[kind]
-    _scan_tiles(x, _NULL, rows, x.shape[axis], False, reverse, kernel, kind, totals=totals)
+    kernels = _kernels(x.dtype.name)
+    kernels["total_parts"](
+        (rows * parts,), (TILES_BLOCK,), (x, np.int64(L), np.int64(parts), np.int64(part), partials)
+    )
+    kernels["total_rows"](
+        (-(-rows // 8),), (256,), (partials, np.int64(rows), np.int64(parts), totals)
+    )
     return totals.reshape(shape)
 
 

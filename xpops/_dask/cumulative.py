@@ -25,10 +25,11 @@ adding the carry with ``logaddexp`` afterwards took 1.3 times as long on the CPU
 
 CuPy blocks (float32, float64): where the in-memory op scans with its tiles kernels (long rows
 along the last axis, as a 1-D scan), the carry enters each row's first tile in the kernel, and
-the totals come from the same kernels with nothing written but one value a row: a block is
-read once for its total and read and written once for its scan, at most 1.5 times the
-in-memory scan's traffic (earlier: a scan for the total and a copy with the carry in front,
-three times).
+the totals come from a reduction kernel that reads each element once and writes one value a
+part of a row (2^31 float32 elements: 3.06 ms, 2.8 TB/s on an H100; the scan takes 6.4): a
+block is read once for its total and read and written once for its scan, at most 1.5 times
+the in-memory scan's traffic (earlier: a scan for the total and a copy with the carry in
+front, three times).
 Other layouts scan for the total (its last element) and add the carry to the scan with
 ``logaddexp`` afterwards. CuPy's own reductions (``max``, then a fused ``sum(exp(x - max))``)
 are not used: reducing a block of 2^30 float32 elements to one they took 0.85 s on an H100,
