@@ -5,6 +5,7 @@ the other modules), computed on the same data; several chunkings each, with the 
 scheduler and, once, a distributed cluster of two worker processes.
 """
 
+import pickle
 import subprocess
 import sys
 
@@ -474,7 +475,7 @@ def test_mvn_sample_in_chunks():
 def test_mvn_parameters_enter_the_graph(d, once):
     """Small parameters go into every chunk's task (no task ahead of the chunks); large ones
     (over 64 KiB) are one input of the graph (fetched once by each worker), not a constant
-    pickled into every task."""
+    pickled into every task. Either way the chunks' tasks take the standard pickle."""
     cloudpickle = pytest.importorskip("cloudpickle")
     rng = np.random.default_rng(8)
     dist = _mvn(rng, (4,), d)
@@ -485,6 +486,8 @@ def test_mvn_parameters_enter_the_graph(d, once):
         holders = [k for k, v in graph.items() if factor in cloudpickle.dumps(v)]
         chunk_tasks = [k for k in graph if isinstance(k, tuple) and k[0] == out.name]
         assert len(chunk_tasks) == 8
+        for k in chunk_tasks:  # the standard pickle, not Distributed's cloudpickle fallback
+            pickle.dumps(graph[k])
         if once:
             assert len(holders) == 1, holders
             assert holders[0] not in chunk_tasks
