@@ -495,6 +495,23 @@ def test_mvn_parameters_enter_the_graph(d, once):
             assert sorted(holders) == sorted(chunk_tasks)
 
 
+def test_mvn_carried_parameters():
+    """Small parameters in the tasks: in this process the distribution itself; pickled (for a
+    cluster), a copy taken by the standard pickle, with the same parameters and namespace."""
+    from xpops.distributions._mvn import _Carried
+
+    dist = _mvn(np.random.default_rng(10), (2,), 3)
+    carried = _Carried(dist)
+    assert carried.arrive() is dist
+    again = pickle.loads(pickle.dumps(carried)).arrive()
+    assert again is not dist
+    assert again._xp is dist._xp
+    for name in ("loc", "scale_tril", "covariance_matrix"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(dist, name))
+    v = np.random.default_rng(11).standard_normal((4, 2, 3))
+    np.testing.assert_array_equal(again.log_prob(v), dist.log_prob(v))
+
+
 def test_mvn_methods_get_the_chunks_themselves(monkeypatch):
     """Each chunk of points reaches the in-memory method as the stored block, not a copy
     (Dask's blockwise with concatenate=True copies a block along a dimension it drops), with
@@ -597,6 +614,24 @@ def test_cupy_chunks_cholesky_solve_and_mvn(cupy_only):
     draws = lazy.sample((1000,), rng=2, chunks=400).compute()
     assert isinstance(draws, cupy.ndarray)
     assert draws.shape == (1000, 6, 16)
+
+
+def test_cupy_mvn_carried_parameters(cupy_only):
+    """Pickled for a cluster, small CuPy parameters travel as NumPy copies and return to the
+    GPU when a task runs."""
+    from xpops.distributions._mvn import _Carried
+
+    cupy = cupy_only
+    rng = np.random.default_rng(12)
+    g = rng.standard_normal((3, 3))
+    dist = MultivariateNormal(
+        cupy.asarray(rng.standard_normal(3)), covariance_matrix=cupy.asarray(g @ g.T + np.eye(3))
+    )
+    blob = pickle.dumps(_Carried(dist))
+    again = pickle.loads(blob).arrive()
+    assert isinstance(again.scale_tril, cupy.ndarray)
+    v = cupy.asarray(rng.standard_normal((20, 3)))
+    np.testing.assert_array_equal(again.log_prob(v).get(), dist.log_prob(v).get())
 
 
 def test_cupy_chunks_sparse_divide(cupy_only):
