@@ -144,6 +144,19 @@ def test_int32_overflow_is_refused(xp):
     np.testing.assert_array_equal(to_numpy(out), [[0], [big - 1]])
 
 
+@pytest.mark.parametrize("upper", [False, True])
+def test_largest_index_against_brute_force(upper):
+    """The largest row or column index (the int32 guard), -1 for an empty triangle, against
+    NumPy's mask of every small shape and offset, far offsets included."""
+    from xpops._lib._triangle import largest_index
+
+    for row, col, offset in itertools.product(range(6), range(6), range(-8, 9)):
+        mask = (np.triu if upper else np.tril)(np.ones((row, col), bool), offset)
+        i, j = np.nonzero(mask)
+        want = max(i.max(initial=-1), j.max(initial=-1))
+        assert largest_index(row, col, offset, upper) == want, (row, col, offset)
+
+
 def test_offsets_far_outside(xp):
     for name, (ours, _) in FUNCS.items():
         full = ours(4, 3, 10**18 if name == "tril" else -(10**18), xp=xp)

