@@ -1014,7 +1014,7 @@ def _names(dtype_name: str) -> dict[str, str]:
             f"{STAGED_MIN_BLOCKS}>"
         ),
         "rows": f"xpops_logcumsumexp_rows<{t}, {ROW_CHUNK[dtype_name]}>",
-        "total_parts": (f"xpops_logsumexp_parts<{t}, {TOTAL_ROUNDS}, {TILES_BLOCK}>"),
+        "total_parts": f"xpops_logsumexp_parts<{t}, {TOTAL_ROUNDS}, {TILES_BLOCK}>",
         "total_rows": f"xpops_logsumexp_rows<{t}>",
         "columns": f"xpops_logcumsumexp_columns<{t}, {COLUMN_ITEMS[dtype_name]}>",
         "column_blocks": (
