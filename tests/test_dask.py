@@ -113,6 +113,15 @@ def test_logcumsumexp_totals_come_first(reverse):
         assert last_total < min(priority[k] for k in scans if k[1] == row)
 
 
+def test_logcumsumexp_many_rows_of_blocks_scan_carries():
+    """Beyond 4096 dependencies in all (here 300 rows of 10 blocks), one task a row scans the
+    totals into carries instead of each block reading the totals itself."""
+    x = np.random.default_rng(2).standard_normal((300, 20))
+    out = xpops.logcumsumexp(da.from_array(x, chunks=(1, 2)), axis=1)
+    assert not any("-total-" in k[0] for k in dict(out.__dask_graph__()) if isinstance(k, tuple))
+    assert_same(out, xpops.logcumsumexp(x, axis=1))
+
+
 def test_logcumsumexp_is_lazy():
     calls = []
 

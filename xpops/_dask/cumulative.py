@@ -6,16 +6,17 @@ before it (after it, when reversed), and the block is scanned from its carry. Na
 their meaning: the first block's carry is ``-inf``, the identity, and it is scanned as in
 memory. Only the totals cross blocks; the last block's total is never needed, nor computed.
 
-Up to 16 blocks along the axis (`_DIRECT_BLOCKS`), every block's scan task reads the totals
-itself: one dependency level between the two kinds of task, where on a cluster each level
-costs a scheduler round trip (in two H100s' runs the one-worker scan of 2^33 float32 elements
-went from 0.070 s to 0.050, two workers from 0.048-0.057 s to 0.033, with a task that scanned
-the totals into carries between them). Every scan waits for all the totals, so that Dask
-orders each worker's totals before its scans: ordered block by block, a worker scanned a block
-while the next worker waited for that block's total. With more blocks, one task scans the
-totals into carries (each block's scan reading all totals would be a number of dependencies
-quadratic in the blocks), and each block's scan reads the carries' one chunk along the axis
-(no task splits them: 8 blocks took 44 ms on a local cluster against 103 with a rechunk).
+Up to 16 blocks along the axis (`_DIRECT_BLOCKS`, and 4096 dependencies in all), every
+block's scan task reads the totals itself: one dependency level between the two kinds of
+task, where on a cluster each level costs a scheduler round trip (in two H100s' runs the
+one-worker scan of 2^33 float32 elements went from 0.070 s to 0.050, two workers from
+0.048-0.057 s to 0.033, with a task that scanned the totals into carries between them). Every
+scan waits for all the totals, so that Dask orders each worker's totals before its scans:
+ordered block by block, a worker scanned a block while the next worker waited for that
+block's total. With more blocks, one task a row of blocks scans the totals into carries (each
+block's scan reading all totals would be a number of dependencies quadratic in the blocks),
+and each block's scan reads the carries' one chunk along the axis (no task splits them: 8
+blocks took 44 ms on a local cluster against 103 with a rechunk).
 
 NumPy blocks, and complex blocks of either library: the total is a max-shifted reduction with
 one ``exp`` an element (complex: the in-memory scan's last element), and the carry is placed
@@ -37,6 +38,7 @@ where the scan takes a few milliseconds.
 """
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -142,9 +144,11 @@ def _scan_from_carries(
     return _scan_from(block, carries[tuple(where)], axis, exclusive, reverse)
 
 
-# Up to this many blocks along the axis, each block's scan reads the totals itself (at most 15
-# each, 240 in all); beyond, one task scans all totals into carries first (module docstring).
+# Up to this many blocks along the axis and dependencies in all, each block's scan reads the
+# totals itself (at most 15 each); beyond, one task a row of blocks scans the totals into
+# carries first (module docstring): the scheduler's work grows with the dependencies.
 _DIRECT_BLOCKS = 16
+_DIRECT_DEPENDENCIES = 4096
 
 
 def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
@@ -160,7 +164,7 @@ def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
     name = "xpops-logcumsumexp-" + token
     # the blocks in scan order along the axis; the last one's total is never needed
     order = list(range(nb))[::-1] if reverse else list(range(nb))
-    if nb <= _DIRECT_BLOCKS:
+    if nb <= _DIRECT_BLOCKS and math.prod(x.numblocks) * (nb - 1) <= _DIRECT_DEPENDENCIES:
         # every block's scan waits for all the totals, and uses those before it
         tname = "xpops-logcumsumexp-total-" + token
         totals: dict[Any, Any] = {}
