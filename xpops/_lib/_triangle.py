@@ -19,8 +19,8 @@ from typing import NamedTuple
 
 class TrilLayout(NamedTuple):
     """Layout of the lower triangle ``j <= i + offset`` of a ``row x col`` matrix (a named
-    tuple, made in every call: a frozen dataclass took 1.5 us on the GPU host, where a
-    1000 x 1000 call takes 22 in all)."""
+    tuple, made in every call: `tril_layout` took 1.6 us of host time on the GPU host with a
+    frozen dataclass, 0.9 with this, where a 1000 x 1000 call takes 22 in all)."""
 
     row: int
     col: int
