@@ -1176,11 +1176,17 @@ _add_carry = cupy.ElementwiseKernel(
 )
 
 
+def _kind(shape: tuple[int, ...], axis: int, dtype_name: str) -> str:
+    """The kernel that scans `axis` of a real C-contiguous array: `choose_kernel`'s, with the
+    tiles scheme's staged form where the dtype runs it (TILES_STAGED)."""
+    kind = choose_kernel(shape, axis)
+    return "tiles_staged" if kind == "tiles" and TILES_STAGED[dtype_name] else kind
+
+
 def _tiles_kind(x: cupy.ndarray, axis: int) -> str | None:
     """The tiles kernel that scans `axis` of `x` (real, C-contiguous), or None if another does."""
-    if choose_kernel(x.shape, axis) != "tiles":
-        return None
-    return "tiles_staged" if TILES_STAGED[x.dtype.name] else "tiles"
+    kind = _kind(x.shape, axis, x.dtype.name)
+    return kind if kind in ("tiles", "tiles_staged") else None
 
 
 def _row_carries(carry: cupy.ndarray, x: cupy.ndarray, axis: int) -> cupy.ndarray:
@@ -1262,9 +1268,7 @@ def logcumsumexp(x: cupy.ndarray, axis: int, exclusive: bool, reverse: bool, ker
     L = shape[axis]
     outer = math.prod(shape[:axis])
     inner = math.prod(shape[axis + 1 :])
-    kind = kernel or choose_kernel(shape, axis)
-    if kind == "tiles" and not kernel and TILES_STAGED[name]:
-        kind = "tiles_staged"
+    kind = kernel or _kind(shape, axis, name)
     kernels = _kernels(name)
     if kind == "columns":
         _scan_columns(
