@@ -158,8 +158,6 @@ def _dask_chunk(
     """`method` of one chunk of a Dask value (`_over_dask`): `where` holds the block's slices of
     the value's batch dimensions, the last ``len(dist.batch_shape)`` of them the
     distribution's. A module-level function: a closure would be pickled into every task."""
-    import copy
-
     from .._dask.distributions import single
 
     dist = _arrived(dist)
@@ -170,8 +168,9 @@ def _dask_chunk(
     sub._loc = xp.broadcast_to(dist._loc, full)[sl]
     sub._tril = xp.broadcast_to(dist._tril, (*full, dist._d))[sl]
     sub._batch_shape = tuple(s.stop - s.start for s in sl)
+    # unbatched: the chunk's parameters are the distribution's, and so are its cached forms
     sub._linv_t = None if nb else dist._linv_t
-    sub._fused = None
+    sub._fused = None if nb else dist._fused
     out = getattr(sub, method)(single(block), **kw)
     return xp.stack(out, axis=-1) if out_axis else out
 
