@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
                 def call(local: Any = local, op: Any = op) -> None:
                     op(local)
                     if args.gpu:
-                        xp.cuda.Device().synchronize()
+                        _synchronize()
 
                 results[name]["in-memory"] = _time(call, args.repeats) * 2**shrink
                 shrinks[name] = shrink
@@ -191,12 +191,12 @@ def run(args: argparse.Namespace) -> int:
             finally:
                 local = call = None
                 if args.gpu:  # the workers need the memory this process's pool keeps
-                    xp.get_default_memory_pool().free_all_blocks()
+                    _release()
     noop: dict[str, float] = {}
 
     def settle_here(c: Any) -> None:
         if args.gpu:
-            xp.cuda.Device().synchronize()
+            _synchronize()
 
     def drain_here() -> None:
         pass  # the persisted collections were the only references
@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         results[name][THREADED] = seconds
         print(f"  {name}, {THREADED}: {seconds:.3f} s", flush=True)
         if args.gpu:  # the next workload's arrays have other sizes
-            xp.get_default_memory_pool().free_all_blocks()
+            _release()
     gpus = xp.cuda.runtime.getDeviceCount() if args.gpu else 0
     for workers in counts:
         if args.gpu and workers <= gpus:
