@@ -4,4 +4,11 @@ import importlib.util
 
 collect_ignore_glob = ["docs/*", ".gpu/*"]
 if importlib.util.find_spec("cupy") is None:
-    collect_ignore_glob.append("xpops/_cupy/*")
+    # the CuPy engines and kernels of every op, and the CUDA helpers: they import CuPy
+    collect_ignore_glob += [
+        "xpops/_cupy/*",
+        "xpops/*/_cupy*",
+        "xpops/*/_cupy/*",
+        "xpops/*/*/_cupy*",
+        "xpops/_lib/_cuda.py",
+    ]

@@ -51,7 +51,7 @@ import math
 
 import numpy as np
 
-from ._threads import helper_thread
+from .._lib._threads import helper_thread
 
 __all__ = ["logcumsumexp"]
 

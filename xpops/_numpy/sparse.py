@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._threads import helper_thread
+from .._lib._threads import helper_thread
 
 try:  # SciPy's compiled CSR addition, without the wrapper objects of csr_array.__add__
     from scipy.sparse._sparsetools import csr_plus_csr as _csr_plus_csr

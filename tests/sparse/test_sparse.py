@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import xpops
 
-from .conftest import _load, _selected_backends
+from ..conftest import _load, _selected_backends
 
 nan, inf = np.nan, np.inf
 
@@ -742,8 +742,8 @@ def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, help
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
+    from xpops._lib._threads import Helper
     from xpops._numpy import sparse as engine
-    from xpops._numpy._threads import Helper
 
     monkeypatch.setattr(engine, "BLOCK_ENTRIES", 37)
     monkeypatch.setattr(engine, "HELPER_MIN_ENTRIES", 0)

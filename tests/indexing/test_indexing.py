@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import xpops
 from xpops._lib._compat import array_namespace
 
-from ._support import backend_name, to_numpy
+from .._support import backend_name, to_numpy
 
 FUNCS = {
     "tril": (xpops.tril_indices, np.tril_indices),

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 import xpops
 from xpops._lib._compat import array_namespace
 
-from ._support import backend_name, to_numpy
+from .._support import backend_name, to_numpy
 
 nan, inf = np.nan, np.inf
 
@@ -552,7 +552,7 @@ def small_blocks(request, monkeypatch):
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    from xpops._numpy._threads import Helper
+    from xpops._lib._threads import Helper
 
     with ThreadPoolExecutor(1) as pool:
         monkeypatch.setattr(e, "helper_thread", lambda: Helper(pool))
@@ -640,7 +640,7 @@ def test_numpy_busy_helper_thread(monkeypatch):
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from xpops._numpy._threads import Helper
+    from xpops._lib._threads import Helper
 
     e = numpy_engine()
     monkeypatch.setattr(e, "_BLOCK", 256)
@@ -665,7 +665,7 @@ def test_numpy_busy_helper_thread(monkeypatch):
 
 
 def test_helper_thread_follows_omp_num_threads(monkeypatch):
-    from xpops._numpy import _threads
+    from xpops._lib import _threads
 
     _threads.helper_thread.cache_clear()
     try:

@@ -18,7 +18,7 @@ import xpops
 from xpops._lib._compat import array_namespace, device
 from xpops.linalg._triangular import solve_triangular
 
-from ._support import backend_name, to_numpy
+from .._support import backend_name, to_numpy
 
 nan, inf = np.nan, np.inf
 DTYPES = ["float32", "float64", "complex64", "complex128"]

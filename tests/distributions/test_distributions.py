@@ -14,7 +14,7 @@ import scipy.stats
 import xpops
 from xpops.distributions import MultivariateNormal, kl_divergence
 
-from ._support import backend_name, to_numpy
+from .._support import backend_name, to_numpy
 
 COV = np.array([[2.0, 0.5], [0.5, 1.0]])
 

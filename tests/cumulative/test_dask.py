@@ -1,0 +1,121 @@
+"""logcumsumexp on Dask arrays: lazy results equal to the in-memory ones (themselves tested
+against independent references), several chunkings each, NumPy chunks and, with a GPU, CuPy
+chunks."""
+
+import numpy as np
+import pytest
+
+import xpops
+
+from .._dask_support import assert_same, assert_same_gpu, da
+
+nan, inf = np.nan, np.inf
+
+
+# ---- logcumsumexp -----------------------------------------------------------------------------
+
+CHUNKINGS = {
+    "one chunk": (9, 23),
+    "uneven": ((2, 7), (10, 0, 5, 8)),
+    "size one": ((1,) * 9, (1,) * 23),
+    "mixed": (4, 6),
+}
+
+
+@pytest.mark.parametrize("chunks", list(CHUNKINGS.values()), ids=list(CHUNKINGS))
+@pytest.mark.parametrize("axis", [0, 1, -1, None])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_logcumsumexp(chunks, axis, exclusive, reverse):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((9, 23)) * 10
+    dx = da.from_array(x, chunks=chunks)
+    got = xpops.logcumsumexp(dx, axis=axis, exclusive=exclusive, reverse=reverse)
+    want = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_logcumsumexp_special_values_across_chunks(reverse):
+    x = np.array([-inf, -inf, 0.0, 1.0, nan, 2.0, -inf, 3.0, inf, 4.0, 5.0, -inf])
+    x = np.concatenate([x, np.full(5, -inf), [1000.0, 1000.0, -1000.0]])
+    for chunks in (1, 3, 7, x.size):
+        got = xpops.logcumsumexp(da.from_array(x, chunks=chunks), reverse=reverse)
+        want = xpops.logcumsumexp(x, reverse=reverse)
+        assert_same(got, want)
+        only_neg = np.full(6, -inf)
+        assert_same(xpops.logcumsumexp(da.from_array(only_neg, chunks=2)), np.full(6, -inf))
+
+
+def test_logcumsumexp_dtypes():
+    rng = np.random.default_rng(1)
+    z = rng.standard_normal(40) + 1j * rng.standard_normal(40) * 3
+    assert_same(xpops.logcumsumexp(da.from_array(z, chunks=7)), xpops.logcumsumexp(z), 1e-11)
+    f = rng.standard_normal(50).astype(np.float32)
+    got = xpops.logcumsumexp(da.from_array(f, chunks=9))
+    assert_same(got, xpops.logcumsumexp(f), 1e-5)
+    i = np.arange(20)
+    assert_same(xpops.logcumsumexp(da.from_array(i, chunks=6)), xpops.logcumsumexp(i))
+    h = rng.standard_normal(30).astype(np.float16)
+    assert_same(xpops.logcumsumexp(da.from_array(h, chunks=4)), xpops.logcumsumexp(h), 2e-3)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_logcumsumexp_totals_come_first(reverse):
+    """Up to 16 blocks along the axis: one total a block but the last in scan order, each row's
+    ordered before every scan of the row (a worker scanning first would keep the next worker
+    waiting for a total)."""
+    from dask.order import order
+
+    dx = da.from_array(np.arange(40.0).reshape(2, 20), chunks=(1, 4))
+    out = xpops.logcumsumexp(dx, axis=1, reverse=reverse)
+    graph = dict(out.__dask_graph__())
+    priority = order(graph)
+    totals = [k for k in graph if isinstance(k, tuple) and "-total-" in k[0]]
+    scans = [k for k in graph if isinstance(k, tuple) and k[0] == out.name]
+    assert sorted(k[1:] for k in totals) == [
+        (r, b) for r in range(2) for b in range(5) if b != (0 if reverse else 4)
+    ]
+    assert len(scans) == 10
+    for row in range(2):
+        last_total = max(priority[k] for k in totals if k[1] == row)
+        assert last_total < min(priority[k] for k in scans if k[1] == row)
+
+
+def test_logcumsumexp_many_rows_of_blocks_scan_carries():
+    """Beyond 4096 dependencies in all (here 300 rows of 10 blocks), one task a row scans the
+    totals into carries instead of each block reading the totals itself."""
+    x = np.random.default_rng(2).standard_normal((300, 20))
+    out = xpops.logcumsumexp(da.from_array(x, chunks=(1, 2)), axis=1)
+    assert not any("-total-" in k[0] for k in dict(out.__dask_graph__()) if isinstance(k, tuple))
+    assert_same(out, xpops.logcumsumexp(x, axis=1))
+
+
+def test_logcumsumexp_is_lazy():
+    calls = []
+
+    def spy(block):
+        if block.size:  # Dask also calls it on an empty meta block
+            calls.append(block.shape)
+        return block
+
+    dx = da.from_array(np.ones(100), chunks=10).map_blocks(spy, dtype=float)
+    out = xpops.logcumsumexp(dx)
+    assert calls == []  # nothing computed yet
+    out.compute()
+    assert calls
+
+
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize(("exclusive", "reverse"), [(False, False), (True, True)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cupy_chunks_logcumsumexp(cupy_only, axis, exclusive, reverse, dtype):
+    cupy = cupy_only
+    x = cupy.random.default_rng(7).standard_normal((300, 700), dtype=dtype) * 10
+    x[5, 17] = cupy.nan
+    x[100:120, 300] = -cupy.inf
+    dx = da.from_array(x, chunks=(64, (100, 1, 299, 300)))
+    got = xpops.logcumsumexp(dx, axis=axis, exclusive=exclusive, reverse=reverse)
+    want = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+    # results are logs: the contract's absolute accuracy (chunks sum in another order)
+    assert_same_gpu(got, want, 0, 2e-5 if dtype == "float32" else 1e-13)

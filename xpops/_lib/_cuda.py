@@ -1,0 +1,145 @@
+"""CUDA helpers shared by the CuPy engines: device properties, grid sizing, C type names and
+a cheap raw kernel launch.
+
+Imported only by CuPy engines (it imports CuPy). Nothing here compiles code.
+"""
+
+import ctypes
+import struct
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import cupy
+import numpy as np
+
+__all__ = [
+    "C_TYPES",
+    "INDEX_C_TYPES",
+    "MAX_GRID_X",
+    "FastKernel",
+    "c_type",
+    "grid_1d",
+    "multiprocessors",
+]
+
+#: C names of the real floating dtypes, by ``dtype.name``.
+C_TYPES = {"float32": "float", "float64": "double"}
+#: C names of the index dtypes, by ``dtype.name``.
+INDEX_C_TYPES = {"int32": "int", "int64": "long long"}
+#: The largest x dimension of a CUDA grid.
+MAX_GRID_X = 2**31 - 1
+
+
+def c_type(dtype_name: str, complex_template: str | None = None) -> str:
+    """The C type of a float or complex dtype; a complex dtype is `complex_template` of its
+    real type (``"Cplx"`` gives ``Cplx<float>`` for complex64), as the kernel source names it."""
+    if dtype_name in C_TYPES:
+        return C_TYPES[dtype_name]
+    if complex_template is not None and dtype_name in ("complex64", "complex128"):
+        real = "float" if dtype_name == "complex64" else "double"
+        return f"{complex_template}<{real}>"
+    msg = f"no C type for dtype {dtype_name!r}"
+    raise KeyError(msg)
+
+
+@cupy.memoize(for_each_device=True)
+def multiprocessors() -> int:
+    """The number of streaming multiprocessors of the current device."""
+    return int(cupy.cuda.Device().attributes["MultiProcessorCount"])
+
+
+def grid_1d(items: int, per_block: int, max_blocks: int = MAX_GRID_X) -> int:
+    """Blocks that cover `items` at `per_block` each, at least one and at most `max_blocks`
+    (kernels given fewer blocks than they cover stride over the rest)."""
+    return max(1, min(-(-items // per_block), max_blocks))
+
+
+# The per-thread argument buffer: MAX_ARGS 64-bit slots and the table of their addresses that
+# cuLaunchKernel reads. A 32-bit int parameter reads the low half of its slot (little-endian).
+MAX_ARGS = 16
+_SLOTS = threading.local()
+_PACK = {n: struct.Struct(f"<{n}q").pack_into for n in range(MAX_ARGS + 1)}
+
+
+def _slots() -> tuple[Any, int]:
+    slots = getattr(_SLOTS, "slots", None)
+    if slots is None:
+        values = (ctypes.c_uint64 * MAX_ARGS)()
+        base = ctypes.addressof(values)
+        table = (ctypes.c_void_p * MAX_ARGS)(*(base + 8 * i for i in range(MAX_ARGS)))
+        slots = _SLOTS.slots = (values, table, ctypes.addressof(table))
+    return slots[0], slots[2]
+
+
+def pack_arguments(args: Sequence[int]) -> int:
+    """Write `args` (each a pointer or an integer, in 64 bits; negative integers in two's
+    complement) into this thread's argument slots and return the address of the table of
+    their addresses, as ``cuLaunchKernel`` takes it. The slots stay valid until this thread's
+    next call."""
+    values, table_address = _slots()
+    _PACK[len(args)](values, 0, *args)
+    return table_address
+
+
+class FastKernel:
+    """A compiled kernel launched straight through the CUDA driver.
+
+    CuPy's ``RawKernel.__call__`` converts each argument and took about 20 us of host time a
+    launch on the H100 hosts, which a GPU running a small batch spends idle. This launch packs
+    the arguments, pointers and integers only, into 64-bit slots instead (a few
+    microseconds). Where the driver call is missing from CuPy, or `fast` is False, it
+    launches through ``RawKernel`` with the arguments typed by `signature`.
+
+    Parameters
+    ----------
+    kernel : cupy.RawKernel
+        The kernel, compiled for the current device.
+    signature : str
+        One letter a parameter: ``p`` a pointer, ``q`` a 64-bit and ``i`` a 32-bit integer.
+    fast : bool, optional
+        Whether to use the driver launch (the default, where CuPy has it).
+    """
+
+    __slots__ = ("_fast", "_function", "kernel", "signature")
+
+    def __init__(self, kernel: cupy.RawKernel, signature: str, *, fast: bool = True) -> None:
+        if len(signature) > MAX_ARGS or set(signature) - set("pqi"):
+            msg = f"`signature` must be at most {MAX_ARGS} of the letters p, q, i, got {signature!r}"
+            raise ValueError(msg)
+        self.kernel = kernel
+        self.signature = signature
+        self._fast = fast and hasattr(cupy.cuda.driver, "launchKernel")
+        self._function = kernel.kernel.ptr if self._fast else 0
+
+    @property
+    def fast(self) -> bool:
+        """Whether launches go straight through the driver."""
+        return self._fast
+
+    def __call__(self, blocks: int, threads: int, args: Sequence[int], shared: int = 0) -> None:
+        """Launch on `blocks` blocks of `threads` threads, on the current stream."""
+        if len(args) != len(self.signature):
+            msg = f"the kernel takes {len(self.signature)} arguments, got {len(args)}"
+            raise ValueError(msg)
+        if not self._fast:
+            self._typed_launch(blocks, threads, args, shared)
+            return
+        cupy.cuda.driver.launchKernel(
+            self._function,
+            blocks,
+            1,
+            1,
+            threads,
+            1,
+            1,
+            shared,
+            cupy.cuda.get_current_stream().ptr,
+            pack_arguments(args),
+            0,
+        )
+
+    def _typed_launch(self, blocks: int, threads: int, args: Sequence[int], shared: int) -> None:
+        types = {"p": np.uint64, "q": np.int64, "i": np.int32}
+        typed = tuple(types[k](a) for k, a in zip(self.signature, args, strict=True))
+        self.kernel((blocks,), (threads,), typed, shared_mem=shared)
