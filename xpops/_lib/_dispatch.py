@@ -53,9 +53,9 @@ class Engines:
 
     Parameters
     ----------
-    package : str
+    package : str or None
         The package that relative engine strings are resolved in (the caller's
-        ``__package__``).
+        ``__package__``, which type checkers see as ``str | None``).
     numpy, cupy, dask, generic : callable or str
         The engine for each kind: a callable, or ``"module:attribute"`` with `module` relative
         to `package` (``"._cupy:logcumsumexp"``), imported on first use.
@@ -64,7 +64,7 @@ class Engines:
     __slots__ = ("_package", "_resolved", "_spec")
 
     def __init__(
-        self, package: str, *, numpy: Engine, cupy: Engine, dask: Engine, generic: Engine
+        self, package: str | None, *, numpy: Engine, cupy: Engine, dask: Engine, generic: Engine
     ) -> None:
         self._package = package
         self._spec: dict[str, Engine] = {
