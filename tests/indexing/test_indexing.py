@@ -148,7 +148,7 @@ def test_int32_overflow_is_refused(xp):
 def test_largest_index_against_brute_force(upper):
     """The largest row or column index (the int32 guard), -1 for an empty triangle, against
     NumPy's mask of every small shape and offset, far offsets included."""
-    from xpops._lib._triangle import largest_index
+    from xpops._indexing._layout import largest_index
 
     for row, col, offset in itertools.product(range(6), range(6), range(-8, 9)):
         mask = (np.triu if upper else np.tril)(np.ones((row, col), bool), offset)
@@ -203,7 +203,7 @@ def test_properties(row, col, offset, upper):
 
 
 def _check_kernel_against_numpy(cupy, row, col, offset, upper, dtype):
-    from xpops._cupy import indexing as cuda_indexing
+    from xpops._indexing import _cupy as cuda_indexing
 
     n = expected_count(row, col, offset, upper)
     out = cupy.full((2, n), -7, dtype=dtype)  # poison: every element must be overwritten
@@ -215,7 +215,7 @@ def _check_kernel_against_numpy(cupy, row, col, offset, upper, dtype):
 @pytest.mark.parametrize("upper", [False, True])
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_kernel_block_boundaries(cupy_only, upper, dtype):
-    from xpops._cupy.indexing import BLOCK, ITEMS
+    from xpops._indexing._cupy import BLOCK, ITEMS
 
     per_block = BLOCK * ITEMS[dtype]
     # triangles of n entries with n around one and two blocks' worth (n = m(m+1)/2 for square)

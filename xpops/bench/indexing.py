@@ -5,6 +5,7 @@ from typing import Any
 
 import xpops
 
+from .._indexing._layout import triangle_size
 from ._case import Case
 
 GPU_SHAPES = [(20000, 20000, 0), (30000, 10000, -5), (1000, 1000, 0)]
@@ -49,7 +50,7 @@ def cases(backend: str) -> list[Case]:
             for dtype in ("int64", "int32"):
                 if name == "triu" and (row, col, k) != shapes[0]:
                     continue  # triu shares the kernel; one shape shows it
-                n = xpops._lib._triangle.triangle_size(row, col, k, upper=name == "triu")
+                n = triangle_size(row, col, k, upper=name == "triu")
                 itemsize = 8 if dtype == "int64" else 4
                 dt = getattr(xp, dtype)
                 out.append(

@@ -1,18 +1,30 @@
-"""tril_indices and triu_indices: contract, validation and dispatch."""
+"""tril_indices and triu_indices: contract, validation and dispatch.
+
+Every engine takes ``(row, col, offset, upper, dtype, device, xp, chunks)``, validated: sizes
+as Python ints, the offset clipped to the matrix, the dtype resolved in namespace `xp`.
+"""
 
 from types import ModuleType
 from typing import Any
 
-from . import _backend
-from ._agnostic import indexing as _agnostic_indexing
-from ._lib._triangle import largest_index
-from ._lib._typing import Array, Device, DType, Namespace
-from ._lib._validation import as_int, as_nonnegative_int
-from ._numpy import indexing as _numpy_indexing
+from .. import _backend
+from .._lib._dispatch import Engines, dispatch, engine_kind
+from .._lib._typing import Array, Device, DType, Namespace
+from .._lib._validation import as_int, as_nonnegative_int
+from . import _agnostic, _numpy
+from ._layout import largest_index
 
 __all__ = ["tril_indices", "triu_indices"]
 
 _INT32_MAX = 2**31 - 1
+
+_ENGINES = Engines(
+    __package__,
+    numpy=_numpy.triangle_indices,
+    cupy="._cupy:triangle_indices",
+    dask="._dask:triangle_indices",
+    generic=_agnostic.triangle_indices,
+)
 
 
 def _resolve_dtype(dtype: DType, xp: Namespace, largest: int) -> DType:
@@ -47,24 +59,11 @@ def _triangle_indices(
     offset = min(max(offset, -row), col)
     namespace = _backend.resolve_namespace(xp)
     _backend.check_device(namespace, device)
-    dask = _backend.is_dask_namespace(namespace)
-    if chunks is not None and not dask:
+    if chunks is not None and engine_kind(namespace) != "dask":
         msg = f"`chunks` is for xp=dask.array only, got xp={namespace.__name__}"
         raise ValueError(msg)
     dtype = _resolve_dtype(dtype, namespace, largest_index(row, col, offset, upper))
-
-    if _backend.is_numpy_namespace(namespace):
-        return _numpy_indexing.triangle_indices(row, col, offset, upper, dtype)
-    if _backend.is_cupy_namespace(namespace):
-        from ._cupy import indexing as _cupy_indexing
-
-        device_id = getattr(device, "id", device)
-        return _cupy_indexing.triangle_indices(row, col, offset, upper, dtype, device_id)
-    if dask:
-        from ._dask import indexing as _dask_indexing
-
-        return _dask_indexing.triangle_indices(row, col, offset, upper, dtype, chunks)
-    return _agnostic_indexing.triangle_indices(row, col, offset, upper, dtype, device, namespace)
+    return dispatch(namespace, _ENGINES, row, col, offset, upper, dtype, device, namespace, chunks)
 
 
 _NOTES = """

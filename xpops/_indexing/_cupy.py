@@ -8,16 +8,21 @@ consecutive addresses, whatever the alignment of the second output row. The uppe
 the lower one of the matrix turned by 180 degrees, read backwards.
 """
 
+from typing import Any
+
 import cupy
 import numpy as np
 
-from .._lib._triangle import TrilLayout, mirrored_offset, tril_layout
+from .._lib._cuda import INDEX_C_TYPES
+from ._layout import TrilLayout, mirrored_offset, tril_layout
 
-# Measured on an H100 at (20000, 20000): one square root per entry held int32 output to 1.8 TB/s
-# (arithmetic-bound); threads writing their own consecutive entries straight to memory with
-# 16-byte stores held int64 to 1.6 TB/s (each warp store covered half of every sector). Staging
-# 32 bytes a thread (4 int64 or 8 int32 entries) in shared memory avoids both.
+#: Threads a block; the block stages 2 * BLOCK * 32 bytes (16 KiB) of output in shared memory.
 BLOCK = 256
+#: Entries a thread places: 32 bytes of each output row (4 int64 or 8 int32 entries). Only the
+#: first is found in closed form: a square root per entry makes int32 output arithmetic-bound
+#: (1.8 TB/s on an H100 at (20000, 20000)). Staged in shared memory, the entries leave the
+#: block in warp-wide stores of consecutive addresses: a thread's own 16-byte stores would
+#: cover half of every sector a warp touches (1.6 TB/s for int64 there).
 ITEMS = {"int64": 4, "int32": 8}
 
 _SOURCE = r"""
@@ -107,12 +112,10 @@ xpops_triangle_indices(T* __restrict__ out, const long long n, const long long f
 _int64 = np.int64
 _int32 = np.int32
 
-_TYPES = {"int32": "int", "int64": "long long"}
-
 
 @cupy.memoize(for_each_device=True)
 def _kernel(dtype_name: str) -> cupy.RawKernel:
-    name = f"xpops_triangle_indices<{_TYPES[dtype_name]}, {ITEMS[dtype_name]}>"
+    name = f"xpops_triangle_indices<{INDEX_C_TYPES[dtype_name]}, {ITEMS[dtype_name]}>"
     module = cupy.RawModule(
         code=_SOURCE,
         options=("-std=c++17", f"-DBLOCK={BLOCK}"),
@@ -122,7 +125,7 @@ def _kernel(dtype_name: str) -> cupy.RawKernel:
 
 
 def _launch(out: cupy.ndarray, lay: TrilLayout, upper: bool) -> None:
-    # by itemsize: NumPy's dtype.name is computed in Python, 2 us a call on the GPU host
+    # by itemsize, not dtype.name: NumPy computes the name in Python (about 2 us a call)
     name = "int64" if out.itemsize == 8 else "int32"
     n = lay.size
     per_block = BLOCK * ITEMS[name]
@@ -137,17 +140,22 @@ def triangle_indices(
     offset: int,
     upper: bool,
     dtype: object,
-    device: object = None,
+    device: Any = None,
+    xp: Any = None,
+    chunks: Any = None,
+    *,
     out: cupy.ndarray | None = None,
 ) -> cupy.ndarray:
     """(2, N) indices of ``triu`` if `upper` else ``tril``; arguments already validated.
 
-    `out` (tests only) is a preallocated C-contiguous (2, N) array to write into.
+    `device` is a ``cupy.cuda.Device`` or an integer id (None: the current device); `xp` and
+    `chunks` are the dispatch's common arguments, unused here. `out` (tests only) is a
+    preallocated C-contiguous (2, N) array to write into.
     """
     lay = tril_layout(row, col, mirrored_offset(row, col, offset) if upper else offset)
     if device is not None:
-        with cupy.cuda.Device(device):
-            return triangle_indices(row, col, offset, upper, dtype, None, out)
+        with cupy.cuda.Device(getattr(device, "id", device)):
+            return triangle_indices(row, col, offset, upper, dtype, out=out)
     if out is None:
         out = cupy.empty((2, lay.size), dtype=dtype)
     if lay.size > 0:

@@ -1,16 +1,30 @@
 """NumPy engine of tril_indices / triu_indices.
 
-Measured against ``numpy.tril_indices`` (a boolean mask plus ``nonzero``): for large triangles
-the time goes to first-touch page faults of the output, so this engine allocates nothing of
-size N but the output and writes each half of it in place: a difference array (1 where the
-value steps, the jump at the start of each row) summed in place with ``cumsum``.
+For large triangles the time goes to first-touch page faults of the memory written, so this
+engine allocates nothing of size N but the output (``numpy.tril_indices`` builds a
+``row x col`` boolean mask and calls ``nonzero``) and writes each half of it in place: a
+difference array (1 where the value steps, the jump at the start of each row) summed in place
+with ``cumsum``.
 """
+
+from typing import Any
 
 import numpy as np
 
 
-def triangle_indices(row: int, col: int, offset: int, upper: bool, dtype: np.dtype) -> np.ndarray:
-    """(2, N) indices of ``triu`` if `upper` else ``tril``; arguments already validated."""
+def triangle_indices(
+    row: int,
+    col: int,
+    offset: int,
+    upper: bool,
+    dtype: np.dtype,
+    device: Any = None,
+    xp: Any = None,
+    chunks: Any = None,
+) -> np.ndarray:
+    """(2, N) indices of ``triu`` if `upper` else ``tril``; arguments already validated
+    (`device`, `xp` and `chunks` are the dispatch's common arguments, unused here: the
+    contract has checked that the device is the CPU)."""
     # Non-empty rows form one range: rows >= -offset for tril, rows < col - offset for triu.
     lo, hi = (0, min(row, col - offset)) if upper else (max(0, -offset), row)
     i = np.arange(lo, max(lo, hi), dtype=np.int64)
