@@ -1,8 +1,9 @@
 """SciPy engine of sparse.divide: the union merge is SciPy's compiled CSR addition.
 
 Both operands are brought to canonical CSR (COO and N-D COO through CSR). The merge of the two
-sorted patterns is then done by SciPy's ``csr_plus_csr`` on values encoded so that the sum is
-never zero (SciPy drops zero sums) and tells which side was stored:
+sorted patterns is then done by SciPy's CSR addition (``_lib._scipy_sparse.csr_plus_csr``:
+the compiled routine, writing straight into the result's buffers) on values encoded so that
+the sum is never zero (SciPy drops zero sums) and tells which side was stored:
 
 * **values** (real dtypes, no stored zeros on either side, the usual case): ``x + i*y`` in the
   complex dtype of the result, so each stored position of the sum holds ``x_ij + i*y_ij`` with
@@ -12,24 +13,19 @@ never zero (SciPy drops zero sums) and tells which side was stored:
   to 2**53 entries), decoded into two gathers from the values padded with a leading zero.
 
 The merge runs over blocks of rows of about BLOCK_ENTRIES entries, into buffers allocated once
-a call: with whole-matrix intermediates (about 35 MB of complex128 for the case below) every
-call touched fresh memory, which doubled the float64 time. ``csr_plus_csr`` is called directly
-(private to SciPy, so the public ``+`` is the fallback), writing the block's column indices
-straight into the result.
+a call and reused by every block: whole-matrix intermediates (about 35 MB of complex128 for
+two operands of 400k entries) would be fresh memory on every call, and first-touching it
+doubles the float64 time.
 
 With at least HELPER_MIN_ENTRIES entries and a free helper thread (``_threads.helper_thread``),
 the helper merges the second half of the blocks from where they would start if no position
 were stored in both, and they are moved down after the first half ends (one copy of half the
 result).
 
-Measured on the 2-core AMD EPYC (Zen 4) VM, two 20000 x 20000 CSR matrices of density 1e-3
-(400k entries each), against SciPy's own ``x + y`` (the same merge): on one thread float64
-6.1-6.3 ms against 4.1-4.2 (1.46-1.50x; of it, ``csr_plus_csr`` on complex128 is 4.5-5.6 ms),
-float32 5.3-5.6 against 3.9-4.0 (1.35-1.40x); with the helper thread float64 5.3-6.0 ms
-against 4.7-5.5 (1.09-1.15x), float32 4.5-5.1 against 4.7-5.5 (0.93-0.95x). Blocks of 16k
-entries cost Python overhead (1.57x), of 256k first-touch again (2.1x); whole matrices
-through the public ``+`` took 10.8 ms. A merge written in NumPy (stable argsort of row-major
-keys) took 39 ms, and ``searchsorted`` of the keys alone 13 ms.
+For two 20000 x 20000 CSR matrices of density 1e-3 (400k entries each) on a 2-core AMD EPYC
+(Zen 4), this takes 1.5x (float64) and 1.4x (float32) the time of SciPy's own ``x + y`` (the
+same merge) on one thread, 1.1x and 0.95x with the helper thread. A merge written in NumPy (a
+stable argsort of row-major keys) is about 6x slower.
 """
 
 from typing import Any
@@ -37,26 +33,21 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._lib._scipy_sparse import csr_plus_csr
 from .._lib._threads import helper_thread
+from ._common import quotient_dtype
 
-try:  # SciPy's compiled CSR addition, without the wrapper objects of csr_array.__add__
-    from scipy.sparse._sparsetools import csr_plus_csr as _csr_plus_csr
-except ImportError:  # pragma: no cover - a SciPy that moved it: the public operator is used
-    _csr_plus_csr = None
+__all__ = ["divide", "divide_scalar"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 # Rows are merged in blocks of about this many entries of x and y together, so that the
-# intermediates are small enough for the allocator to reuse: whole-matrix intermediates were
-# fresh memory every call, and first-touching it doubled the float64 time (see above).
+# intermediates are small enough for the allocator to reuse (see above). Best measured for the
+# case above: blocks of 16k entries cost Python overhead (1.57x SciPy's x + y), of 256k
+# first-touch fresh memory (2.1x).
 BLOCK_ENTRIES = 1 << 16
 # From this many entries of x and y together, a second thread merges half of the row blocks
 # (SciPy's CSR addition and NumPy's arithmetic release the GIL).
 HELPER_MIN_ENTRIES = 1 << 18
-
-
-def _quotient_dtype(dx: np.dtype, dy: np.dtype) -> np.dtype:
-    """The dtype of ``x / y`` under NumPy's true-division rules."""
-    return (np.ones(1, dtype=dx) / np.ones(1, dtype=dy)).dtype
 
 
 def _complex_of(dtype: np.dtype) -> np.dtype:
@@ -100,24 +91,13 @@ def _row_blocks(x: Any, y: Any) -> np.ndarray:
 
 def _plus(x: Any, xv: np.ndarray, y: Any, yv: np.ndarray, r0: int, r1: int, out: Any) -> int:
     """Rows r0:r1 of (x with values xv) + (y with values yv) into `out` = (indptr, indices,
-    data) buffers; returns the number of entries written. SciPy's compiled CSR addition,
-    called directly when SciPy exposes it (no wrapper objects, no allocation), else through
-    ``csr_array.__add__``."""
+    data) buffers; returns the number of entries written."""
     xa, ya = int(x.indptr[r0]), int(y.indptr[r0])
     xp = x.indptr[r0 : r1 + 1] - x.indptr.dtype.type(xa)
     yp = y.indptr[r0 : r1 + 1] - y.indptr.dtype.type(ya)
     xi, yi = x.indices[xa : xa + xv.size], y.indices[ya : ya + yv.size]
     cp, cj, cx = out
-    if _csr_plus_csr is not None and xi.dtype == yi.dtype == cj.dtype:
-        _csr_plus_csr(r1 - r0, x.shape[1], xp, xi, xv, yp, yi, yv, cp, cj, cx)
-        return int(cp[r1 - r0])
-    shape = (r1 - r0, x.shape[1])
-    u = sp.csr_array((xv, xi, xp), shape=shape) + sp.csr_array((yv, yi, yp), shape=shape)
-    m = u.nnz
-    cp[: r1 - r0 + 1] = u.indptr
-    cj[:m] = u.indices
-    cx[:m] = u.data
-    return m
+    return csr_plus_csr(r1 - r0, x.shape[1], xp, xi, xv, yp, yi, yv, cp, cj, cx)
 
 
 def _merge(x: Any, y: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -126,7 +106,9 @@ def _merge(x: Any, y: Any, dtype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.
     yd = y.data.astype(dtype, copy=False)
     values = dtype.kind == "f" and bool(xd.all() and yd.all())
     ctype = _complex_of(dtype) if values else np.dtype(np.complex128)
-    if not values:  # entry k of x is 1 + k, entry l of y is i (1 + l); 0: not stored
+    if values:
+        xpad = ypad = np.empty(0, dtype=dtype)  # not read: the values encoding needs no gathers
+    else:  # entry k of x is 1 + k, entry l of y is i (1 + l); 0: not stored
         xpad = np.zeros(xd.size + 1, dtype=dtype)
         xpad[1:] = xd
         ypad = np.zeros(yd.size + 1, dtype=dtype)
@@ -249,7 +231,7 @@ def _build(
 
 def divide(x: Any, y: Any) -> Any:
     """x / y of two SciPy COO/CSR operands of one shape; arguments validated."""
-    dtype = _quotient_dtype(x.dtype, y.dtype)
+    dtype = quotient_dtype(x.dtype, y.dtype)
     shape = tuple(x.shape)
     # both go to canonical CSR whatever their format (an N-D operand is a COO, flattened)
     xc, yc = _canonical_csr(_as_2d(x)), _canonical_csr(_as_2d(y))

@@ -1,4 +1,4 @@
-"""CuPy engine of sparse.divide: the union of two canonical CSR patterns, in six kernels.
+"""The CUDA kernels of sparse.divide on cupyx: the union of two canonical CSR patterns.
 
 With both operands canonical CSR (sorted, unique column indices in each row), entries are in
 row-major key order. Let ``lb[e]`` be the storage index in `y` of the first entry at or after
@@ -24,27 +24,26 @@ row ``r`` of the union starts at ``x.indptr[r] + y.indptr[r] - C[x.indptr[r]]``.
    by lane (runs longer than RUN queued too).
 
 Every warp does bounded work whatever the row lengths (long runs are spread over warps by the
-queue), so power-law rows need no balancing. Measured on an H100 for two 10^5 x 10^5 float32
-operands of 10^7 uniformly placed entries (Nsight Compute, one kernel at a time): tile_rows
-4 us (binary searches: 11), match 101, scan 6 (one block of 1024 threads: 26; cupy.cumsum:
-37), indptr 5, fill 173 (lane by lane: 284), runs 5; 0.35 ms a call (the first kernel starts
-about 45 us after it), where cuSPARSE's ``csrgeam`` (cupyx's ``x + y``) takes 4.7 ms.
+queue), so power-law rows need no balancing. Kernel times on an H100 for two 10^5 x 10^5
+float32 operands of 10^7 uniformly placed entries (Nsight Compute, one kernel at a time):
+tile_rows 4 us (a binary search a tile instead: 11), match 101, scan 6 (one block of 1024
+threads instead: 26; cupy.cumsum: 37), indptr 5, fill 173 (lane by lane: 284), runs 5.
 
-Operands that are not canonical (COO, unsorted or repeated positions) are sorted and summed
-first by ``sum_runs`` (cupyx's own summation turns a lone -0.0 into +0.0).
+Two helper kernels complete the family: ``sum_runs`` sums the entries of each distinct
+position of a sorted operand that is not canonical, and ``values`` divides values element by
+element (a scalar divisor, or an empty `x`).
 """
 
-import functools
-from typing import Any
-
 import cupy
-import cupyx.scipy.sparse as csp
-import numpy as np
 
-# Launch constants. Measured on an H100 (10^5 x 10^5, 10^7 + 10^7 float32 entries): capping
-# registers at 64 (MIN_BLOCKS) and staging the tile's rows in shared memory took `match` from
-# 296 to 224 us, int offsets and a row cursor in the searches to 159 us (over both operands;
-# 94 us over x alone). ITEMS, RUN, CHUNK and the staging sizes were set once, not swept.
+from .._lib._cuda import INDEX_C_TYPES, c_type
+
+__all__ = ["CHUNK", "ITEMS", "RUN", "THREADS", "kernels"]
+
+# Launch constants. On an H100 (10^5 x 10^5, 10^7 + 10^7 float32 entries), capping registers
+# at 64 (MIN_BLOCKS), staging the tile's rows in shared memory, and int offsets with a per-lane
+# row cursor in the searches together make `match` about 1.9x faster than without them. ITEMS,
+# RUN, CHUNK and the staging sizes are sensible values, not swept.
 THREADS = 256  # threads a block of every kernel here
 ITEMS = 8  # entries a lane in the warp tiles of the match and fill kernels
 RUN = 32  # runs of y between two entries of x longer than this go to the `runs` kernel
@@ -52,7 +51,6 @@ CHUNK = 2048  # entries of y a queued chunk of a long run
 SEG_BYTES = 2048  # shared memory a warp for the partner operand's indices of a tile's rows
 ROW_BYTES = 1024  # shared memory a warp for each operand's row pointers of a tile's rows
 MIN_BLOCKS = 4  # resident blocks an SM asked of the compiler (caps registers at 64)
-SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
 
 _SOURCE = r"""
 #include <cupy/complex.cuh>
@@ -109,8 +107,9 @@ __device__ __forceinline__ long long lower_bound(const I* __restrict__ idx, long
 #define NROWS (ROW_BYTES / (int)sizeof(I) - 2)
 
 // Row r of x writes itself as the first row of the tiles starting in it and as the last row
-// of the tiles ending in it (a thread a row, no searching: binary searches a tile took 13 us).
-// Also zeroes the look-back flags and block tickets of `scan` and the run queue's counter.
+// of the tiles ending in it (a thread a row, no searching: a binary search a tile is about 3x
+// slower). Also zeroes the look-back flags and block tickets of `scan` and the run queue's
+// counter.
 template <typename I>
 __global__ void xpops_sparse_divide_tile_rows(const I* __restrict__ xptr, const long long rows,
                                               const long long nx, I* __restrict__ first,
@@ -262,8 +261,9 @@ xpops_sparse_divide_match(const I* __restrict__ xptr, const I* __restrict__ xidx
 // counts, four a thread, and adds the counts of the blocks before it by decoupled look-back
 // (Merrill & Garland 2016). Blocks take their chunks in order (a ticket a block), so that a
 // block looks back only at blocks already running. The tiles number nx / 256, a few tens of
-// thousands, on which cupy.cumsum took 30-40 us, one block of 1024 threads 26 us, and a
-// look-back in `match` (a warp a tile) 60 us: warps waiting on their predecessors.
+// thousands, on which (H100) this kernel takes 6 us, cupy.cumsum 30-40 us, one block of 1024
+// threads 26 us, and a look-back inside `match` (a warp a tile) 60 us, its warps waiting on
+// their predecessors.
 template <typename I>
 __global__ void __launch_bounds__(THREADS)
 xpops_sparse_divide_scan(const I* __restrict__ counts, const long long n, I* __restrict__ P,
@@ -456,7 +456,7 @@ __device__ __forceinline__ void fill_tile_lanes(
 // bits of the entries landing in it into a word, and a slot's rank in the word's running
 // counts of x entries and of matches names its source: the x entry (count of x entries at or
 // before it) - 1, or else the y entry lb[base] + slot - (x entries) + (matches) at or before
-// it. Writing the entries of x and their runs lane by lane (scattered) took 60% longer. A
+// it. Writing the entries of x and their runs lane by lane (scattered) takes 60% longer. A
 // run after the tile's last entry longer than RUN is queued in chunks of CHUNK entries for the
 // `runs` kernel, and tiles of more than `cap` slots up to their last entry of x (long runs
 // inside) are written lane by lane, so that no warp copies a long row of y alone. Tile 0
@@ -614,18 +614,12 @@ __global__ void xpops_sparse_divide_values(const T* __restrict__ a, const T a_va
 }
 """
 
-_CTYPES = {
-    "float32": "float",
-    "float64": "double",
-    "complex64": "complex<float>",
-    "complex128": "complex<double>",
-}
-_ITYPES = {"int32": "int", "int64": "long long"}
-
 
 @cupy.memoize(for_each_device=True)
-def _kernels(dtype_name: str, index_name: str) -> dict[str, cupy.RawKernel]:
-    t, i = _CTYPES[dtype_name], _ITYPES[index_name]
+def kernels(dtype_name: str, index_name: str) -> dict[str, cupy.RawKernel]:
+    """The kernels of the family for values of `dtype_name` and indices of `index_name`,
+    compiled on first use for the current device."""
+    t, i = c_type(dtype_name, "complex"), INDEX_C_TYPES[index_name]
     names = {
         "tile_rows": f"xpops_sparse_divide_tile_rows<{i}>",
         "match": f"xpops_sparse_divide_match<{i}>",
@@ -648,176 +642,3 @@ def _kernels(dtype_name: str, index_name: str) -> dict[str, cupy.RawKernel]:
     )
     module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=list(names.values()))
     return {key: module.get_function(name) for key, name in names.items()}
-
-
-@cupy.memoize(for_each_device=True)
-def _max_blocks() -> int:
-    # enough resident blocks to fill the device; the kernels stride over the rest
-    return 32 * int(cupy.cuda.Device().attributes["MultiProcessorCount"])
-
-
-def _grid(n: int) -> tuple[int]:
-    return (max(1, min(-(-n // THREADS), _max_blocks())),)
-
-
-@functools.cache
-def _quotient_dtype(dx: np.dtype, dy: np.dtype) -> np.dtype:
-    """``x / y``'s dtype by NumPy's true-division rules (cupyx holds no integer dtypes)."""
-    return (np.ones(1, dtype=dx) / np.ones(1, dtype=dy)).dtype
-
-
-def _canonical_csr(a: Any, dtype: np.dtype) -> Any:
-    """`a` as canonical CSR of `dtype`, never modifying `a`.
-
-    ``has_canonical_format`` of a matrix whose state is unknown runs cupyx's check, a host
-    synchronisation whose answer cupyx keeps on the matrix. Non-canonical operands are sorted
-    and summed here, not by cupyx, whose summation starts from +0 and so turns a lone stored
-    -0.0 into +0.0 (SciPy keeps it, and the sign shows in 0 / y).
-    """
-    if not a.has_canonical_format:
-        return _summed_csr(a, dtype)
-    if a.format == "coo":
-        a = a.tocsr()  # canonical: nothing to sum
-    return a.astype(dtype) if a.dtype != dtype else a
-
-
-def _summed_csr(a: Any, dtype: np.dtype) -> Any:
-    """Canonical CSR of a COO or CSR matrix with unsorted or repeated positions.
-
-    Stable sort of the row-major keys, then one thread a distinct position summing its
-    entries in their stored order, starting from the first (so one entry keeps its exact
-    value). Host synchronisations: sizing the distinct positions.
-    """
-    nrows, ncols = a.shape
-    if a.format == "coo":
-        rows, cols = a.row, a.col
-    else:
-        cols = a.indices
-        rows = cupy.searchsorted(a.indptr[1:], cupy.arange(cols.size), side="right")
-    keys = rows.astype(np.int64) * ncols + cols.astype(np.int64)
-    order = cupy.argsort(keys, kind="stable")
-    keys = keys[order]
-    n = keys.size
-    first = cupy.ones(n, dtype=bool)
-    if n:
-        first[1:] = keys[1:] != keys[:-1]
-    starts = cupy.flatnonzero(first)
-    data = cupy.empty(starts.size, dtype=dtype)
-    if starts.size:
-        kernel = _kernels(dtype.name, "int32")["sum_runs"]
-        vals = a.data.astype(dtype, copy=False)
-        args: tuple[Any, ...] = (vals, order, starts, np.int64(starts.size), np.int64(n), data)
-        kernel(_grid(starts.size), (THREADS,), args)
-    unique = keys[starts]
-    index = np.int32 if max(nrows, ncols, n) < 2**31 else np.int64
-    indptr = cupy.searchsorted(unique // ncols if ncols else unique, cupy.arange(nrows + 1))
-    indices = (unique % ncols if ncols else unique).astype(index)
-    return _make_csr(data, indices, indptr.astype(index), (nrows, ncols))
-
-
-def _make_csr(data, indices, indptr, shape) -> Any:
-    """A canonical csr_matrix from its arrays, without cupyx's content checks (host syncs)."""
-    out = csp.csr_matrix(shape, dtype=data.dtype)
-    out.data, out.indices, out.indptr = data, indices, indptr
-    out.has_canonical_format = True
-    return out
-
-
-def _finish(x: Any, out: Any) -> Any:
-    """`out` (canonical CSR) in the format of `x`."""
-    if x.format == "coo":
-        out = out.tocoo()
-        out.has_canonical_format = True
-    return out
-
-
-def _values(a, a_value, b, b_step, b_value, n, dtype) -> cupy.ndarray:
-    """``a / b`` elementwise over `n` values; None for `a` or `b` stands for the value."""
-    out = cupy.empty(n, dtype=dtype)
-    if n:
-        args: tuple[Any, ...] = (
-            a if a is not None else np.uint64(0),
-            dtype.type(a_value),
-            b if b is not None else np.uint64(0),
-            np.int64(b_step),
-            dtype.type(b_value),
-            np.int64(n),
-            out,
-        )
-        _kernels(dtype.name, "int32")["values"](_grid(n), (THREADS,), args)
-    return out
-
-
-def divide(x: Any, y: Any) -> Any:
-    """x / y of two cupyx COO/CSR matrices of one shape; arguments validated."""
-    dtype = _quotient_dtype(x.dtype, y.dtype)
-    xc, yc = _canonical_csr(x, dtype), _canonical_csr(y, dtype)
-    index = np.promote_types(xc.indices.dtype, yc.indices.dtype)
-    xptr, xidx, yptr, yidx = (
-        a if a.dtype == index else a.astype(index)
-        for a in (xc.indptr, xc.indices, yc.indptr, yc.indices)
-    )
-    rows = x.shape[0]
-    nx, ny = int(xidx.size), int(yidx.size)
-    kernels = _kernels(dtype.name, index.name)
-
-    if nx == 0:  # the pattern of y, 0 / y
-        data = _values(None, 0, yc.data, 1, 0, ny, dtype)
-        return _finish(x, _make_csr(data, yidx.copy(), yptr.copy(), x.shape))
-    # Host work before a launch leaves the GPU idle: launch first, allocate the rest after.
-    tiles = -(-nx // (32 * ITEMS))
-    n_x, n_y = np.int64(nx), np.int64(ny)
-    first = cupy.empty(tiles, dtype=index)  # the rows of each tile's first and last entries
-    last = cupy.empty(tiles, dtype=index)
-    chunks = -(-tiles // (4 * THREADS))  # blocks of `scan`
-    status = cupy.empty(chunks, dtype=np.uint64)  # look-back flags of `scan`
-    counters = cupy.empty(2, dtype=np.uint64)  # block tickets of `scan`, chunks queued by `fill`
-    args: tuple[Any, ...] = (xptr, np.int64(rows), n_x, first, last, status, counters)
-    kernels["tile_rows"]((-(-max(rows, chunks) // THREADS),), (THREADS,), args)
-    lb = cupy.empty(nx, dtype=index)  # each entry's lower bound in y
-    bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)
-    counts = cupy.empty(tiles, dtype=index)
-    args = (xptr, xidx, yptr, yidx, first, last, n_x, lb, bits, counts)
-    kernels["match"](_grid(32 * tiles), (THREADS,), args)
-    prefix = cupy.empty(tiles + 1, dtype=index)  # matches in the tiles before each
-    kernels["scan"]((chunks,), (THREADS,), (counts, np.int64(tiles), prefix, counters, status))
-    queued = counters[1:]
-    indptr = cupy.empty(rows + 1, dtype=index)
-    args = (xptr, yptr, bits, prefix, np.int64(rows), n_x, indptr)
-    kernels["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
-    queue = cupy.empty(3 * (ny // (RUN + 1) + ny // CHUNK + 1), dtype=np.int64)
-    # The result is written into buffers of the largest possible size, nx + ny, so that every
-    # kernel is queued before the one host synchronisation: sized exactly after it, the GPU
-    # idled while the host allocated them and launched the last two kernels.
-    indices = cupy.empty(nx + ny, dtype=index)
-    data = cupy.empty(nx + ny, dtype=dtype)
-    cap = np.int32(SLOTS_CAP)
-    args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, cap, indices, data, queued)
-    args += (queue,)
-    kernels["fill"](_grid(32 * tiles), (THREADS,), args)
-    args = (yidx, yc.data, queued, queue, indices, data)
-    kernels["runs"]((_max_blocks(),), (THREADS,), args)
-    out = _make_csr(data, indices, indptr, x.shape)  # host work while the kernels run
-    nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
-    if nnz < (nx + ny) // 2:  # do not keep more than twice the memory the result needs
-        out.indices, out.data = indices[:nnz].copy(), data[:nnz].copy()
-    else:
-        out.indices, out.data = indices[:nnz], data[:nnz]
-    return _finish(x, out)
-
-
-def divide_scalar(x: Any, y: Any) -> Any:
-    """x / y for a cupyx COO/CSR `x` and a scalar (or 0-d array) `y`: the pattern of `x`."""
-    on_device = isinstance(y, cupy.ndarray)
-    if on_device:
-        dtype = _quotient_dtype(x.dtype, y.dtype)
-    else:  # NumPy's rules, Python scalars weak (float32 / 2.0 stays float32)
-        with np.errstate(all="ignore"):
-            dtype = (np.ones(1, dtype=x.dtype) / y).dtype
-    xc = _canonical_csr(x, dtype)
-    n = int(xc.data.size)
-    if on_device:  # a 0-d device divisor is read by the kernel: no synchronisation
-        data = _values(xc.data, 0, y.astype(dtype).reshape(1), 0, 0, n, dtype)
-    else:
-        data = _values(xc.data, 0, None, 0, y, n, dtype)
-    return _finish(x, _make_csr(data, xc.indices.copy(), xc.indptr.copy(), x.shape))

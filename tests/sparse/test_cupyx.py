@@ -1,0 +1,223 @@
+"""sparse.divide's cupyx engine on the GPU (skipped without one): large skewed matrices, rows
+around block and warp sizes, results written into poisoned memory."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import xpops
+
+from ._support import (
+    FORMATS,
+    Entries,
+    Lib,
+    assert_result,
+    assert_values,
+    build,
+    canonical,
+    reference,
+)
+
+# ---- GPU only: large skewed matrices, rows around block and warp sizes, poisoned memory -------
+
+
+def _poison_pool(cupy, nbytes):
+    """Leave NaN-filled blocks in CuPy's memory pool so unwritten outputs show up."""
+    junk = cupy.full(nbytes // 4 + 1024, np.nan, dtype=np.float32)
+    del junk
+
+
+def _power_law_lengths(rng, nrows, ncols, total):
+    """Row lengths with a heavy (Pareto) tail capped at ncols, about `total` in all; about 10%
+    of the rows empty and a few full."""
+    raw = rng.pareto(1.1, nrows)
+    raw[rng.random(nrows) < 0.1] = 0
+    raw[rng.integers(0, nrows, 3)] = np.inf  # full rows
+    scale = total / raw[np.isfinite(raw)].sum()
+    for _ in range(30):  # the cap makes the sum sublinear in the scale: iterate
+        lengths = np.minimum(np.floor(raw * scale), ncols).astype(np.int64)
+        scale *= total / lengths.sum()
+    return lengths
+
+
+def _device_keys(cupy, rs, lengths, ncols):
+    """Sorted unique row-major keys: per row `lengths[i]` random columns, collisions dropped."""
+    offsets = cupy.asarray(np.cumsum(lengths))
+    total = int(lengths.sum())
+    rows = cupy.searchsorted(offsets, cupy.arange(total, dtype=cupy.int64), side="right")
+    cols = rs.randint(0, ncols, size=total, dtype=np.int64)
+    return cupy.unique(rows.astype(cupy.int64) * ncols + cols)
+
+
+def _device_values(cupy, rs, n, zero_fraction):
+    vals = rs.uniform(0.5, 2.0, size=n, dtype=np.float64).astype(np.float32)
+    vals *= cupy.where(rs.random_sample(n) < 0.5, -1, 1).astype(np.float32)
+    vals[rs.random_sample(n) < zero_fraction] = 0
+    return vals
+
+
+def _row_reference(rows, cols, vals, i, ncols):
+    """Dense row i (duplicates summed from -0.0) and its stored mask, from sorted-by-row COO."""
+    lo, hi = np.searchsorted(rows, [i, i + 1])
+    out = np.full(ncols, -0.0)
+    np.add.at(out, cols[lo:hi], vals[lo:hi].astype(np.float64))
+    mask = np.zeros(ncols, dtype=bool)
+    mask[cols[lo:hi]] = True
+    out[~mask] = 0.0
+    return out, mask
+
+
+# The fill kernel writes a tile's slots step by step up to SLOTS_CAP slots, lane by lane past
+# it: the default, every tile lane by lane (0), and no tile lane by lane (long runs in a step).
+SLOTS_CAPS = {"cap": None, "lanes": 0, "steps": 2**30}
+
+
+@pytest.fixture(params=list(SLOTS_CAPS), ids=list(SLOTS_CAPS))
+def slots_cap(request, monkeypatch):
+    if request.param != "cap":
+        from xpops.sparse import _cupyx as engine
+
+        monkeypatch.setattr(engine, "SLOTS_CAP", SLOTS_CAPS[request.param])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_large_power_law_on_gpu(cupy_only, fmt, slots_cap):
+    """1e5 x 1e5, about 1e7 entries each, power-law row lengths; the COO case is shuffled and
+    has duplicates. Checked row by row on the host for a sample of rows."""
+    cupy = cupy_only
+    csp = Lib("cupy").sparse
+    n = 10**5
+    rng = np.random.default_rng(10)
+    rs = cupy.random.RandomState(11)
+    ops = []
+    for k in range(2):
+        keys = _device_keys(cupy, rs, _power_law_lengths(rng, n, n, 10**7), n)
+        vals = _device_values(cupy, rs, keys.size, zero_fraction=1e-3 * k)
+        if fmt == "coo":  # shuffled, and 1% of the entries once more (at most 2 per position)
+            dup = rs.permutation(keys.size)[: keys.size // 100]
+            keys = cupy.concatenate([keys, keys[dup]])
+            vals = cupy.concatenate([vals, _device_values(cupy, rs, dup.size, 0)])
+            perm = rs.permutation(keys.size)
+            keys, vals = keys[perm], vals[perm]
+        rows, cols = (keys // n).astype(cupy.int32), (keys % n).astype(cupy.int32)
+        if fmt == "coo":
+            a = csp.coo_matrix((vals, (rows, cols)), shape=(n, n))
+        else:
+            indptr = cupy.concatenate(
+                [cupy.zeros(1, cupy.int32), cupy.cumsum(cupy.bincount(rows, minlength=n))]
+            ).astype(cupy.int32)
+            a = csp.csr_matrix((vals, cols, indptr), shape=(n, n))
+        ops.append((a, keys))
+    (x, xkeys), (y, ykeys) = ops
+    union = int(cupy.unique(cupy.concatenate([xkeys, ykeys])).size)
+    del xkeys, ykeys
+    _poison_pool(cupy, 16 * union + 4 * n)
+    out = xpops.sparse.divide(x, y)
+    assert type(out) is type(x)
+    assert out.format == fmt
+    assert out.dtype == np.float32
+    assert out.has_canonical_format
+    assert int(out.nnz) == union
+    if fmt == "csr":
+        indptr = out.indptr.get()
+        assert indptr[0] == 0
+        assert indptr[-1] == union
+        assert (np.diff(indptr) >= 0).all()
+        out_rows = np.repeat(np.arange(n), np.diff(indptr))
+        out_cols = out.indices.get()
+    else:
+        out_rows, out_cols = out.row.get(), out.col.get()
+    okeys = out_rows.astype(np.int64) * n + out_cols
+    assert (np.diff(okeys) > 0).all()
+    assert ((out_cols >= 0) & (out_cols < n)).all()
+    out_data = out.data.get()
+
+    def host_coo(a):
+        if fmt == "csr":
+            ip = a.indptr.get()
+            return np.repeat(np.arange(n), np.diff(ip)), a.indices.get(), a.data.get()
+        r, c, v = a.row.get(), a.col.get(), a.data.get()
+        order = np.argsort(r, kind="stable")
+        return r[order], c[order], v[order]
+
+    hx, hy = host_coo(x), host_coo(y)
+    lengths = np.bincount(hx[0], minlength=n) + np.bincount(hy[0], minlength=n)
+    sample = np.concatenate(
+        [
+            rng.choice(n, 300, replace=False),
+            np.argsort(lengths)[-5:],
+            np.flatnonzero(lengths == 0)[:5],
+        ]
+    )
+    for i in sample:
+        xr, xm = _row_reference(*hx, i, n)
+        yr, ym = _row_reference(*hy, i, n)
+        mask = xm | ym
+        lo, hi = np.searchsorted(out_rows, [i, i + 1])
+        np.testing.assert_array_equal(out_cols[lo:hi], np.flatnonzero(mask), f"row {i}")
+        with np.errstate(all="ignore"):
+            want = (xr / yr)[mask]
+        assert_values(out_data[lo:hi], want, "float32")
+
+
+BOUNDARY_LENGTHS = [0, 1, 31, 32, 33, 255, 256, 257, 1023, 1024, 1025, 5000]
+
+
+def _boundary_operands(rng):
+    """Rows for every pair of lengths (random overlap), plus identical and disjoint rows."""
+    ncols = 12000  # even and odd columns hold 5000 each
+    x_rows, y_rows = [], []
+    for lx, ly in itertools.product(BOUNDARY_LENGTHS, repeat=2):
+        x_rows.append(rng.choice(ncols, lx, replace=False))
+        y_rows.append(rng.choice(ncols, ly, replace=False))
+    for n in BOUNDARY_LENGTHS:
+        cols = rng.choice(ncols, n, replace=False)
+        x_rows.append(cols)
+        y_rows.append(rng.permutation(cols))
+        x_rows.append(2 * rng.choice(ncols // 2, n, replace=False))
+        y_rows.append(2 * rng.choice(ncols // 2, n, replace=False) + 1)
+    shape = (len(x_rows), ncols)
+
+    def entries(rows):
+        r = np.concatenate([np.full(len(c), i) for i, c in enumerate(rows)])
+        c = np.concatenate(rows)
+        vals = rng.integers(1, 9, c.size) * rng.choice([-1.0, 1.0], c.size) / 4
+        vals[rng.random(c.size) < 0.01] = 0.0
+        return Entries(vals, (r, c))
+
+    return entries(x_rows), entries(y_rows), shape
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("canonical_input", [False, True], ids=["raw", "canonical"])
+@pytest.mark.parametrize("fmts", [("csr", "csr"), ("coo", "coo"), ("csr", "coo")])
+def test_row_lengths_at_block_boundaries_on_gpu(cupy_only, fmts, canonical_input, dtype, slots_cap):
+    lib = Lib("cupy")
+    rng = np.random.default_rng(12)
+    x, y, shape = _boundary_operands(rng)
+    if canonical_input:
+        x, y = canonical(x, shape), canonical(y, shape)
+    if dtype.startswith("complex"):
+        x.data = x.data + 1j * rng.integers(-3, 4, x.data.size)
+        y.data = y.data - 1j * rng.integers(1, 4, y.data.size)
+    xs = build(lib, fmts[0], x, shape, dtype=dtype)
+    ys = build(lib, fmts[1], y, shape, dtype=dtype)
+    _poison_pool(cupy_only, 64 * (x.data.size + y.data.size) + 8 * shape[0])
+    out = xpops.sparse.divide(xs, ys)
+    mask, want = reference(x, dtype, y, dtype, shape)
+    assert_result(lib, out, xs, mask, want, dtype)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_scalar_divisor_poisoned_on_gpu(cupy_only, fmt):
+    lib = Lib("cupy")
+    rng = np.random.default_rng(13)
+    x, _, shape = _boundary_operands(rng)
+    xs = build(lib, fmt, x, shape, dtype="float32")
+    for y in (3.0, 0.0, cupy_only.asarray(-2.0, dtype=np.float32)):
+        _poison_pool(cupy_only, 32 * x.data.size + 8 * shape[0])
+        out = xpops.sparse.divide(xs, y)
+        y_host = y.get() if hasattr(y, "get") else y
+        mask, want = reference(x, "float32", y_host, None, shape)
+        assert_result(lib, out, xs, mask, want, "float32")

@@ -1,0 +1,62 @@
+"""Dask engine of sparse.divide: chunk by chunk, lazily, for Dask arrays of sparse chunks.
+
+The operands are validated by the contract (`_common.check_operands`). Each chunk goes through
+the same checks before its in-memory engine (SciPy or cupyx, by the chunk's library), since
+Dask shows a chunk's type in the array's meta only when it can slice it (a COO chunk shows as
+an ndarray meta).
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ._common import CUPYX, check_operands, library
+
+__all__ = ["divide", "divide_scalar"]
+
+
+def _in_memory_engine(kind: str, scalar: bool) -> Callable[[Any, Any], Any]:
+    """The SciPy or cupyx engine (`kind` ``"numpy"`` or ``"cupy"``), imported on first use."""
+    if kind == CUPYX:
+        from . import _cupyx as engine
+    else:
+        from . import _scipy as engine  # type: ignore[no-redef]
+    return engine.divide_scalar if scalar else engine.divide
+
+
+def _divide_chunk(a: Any, b: Any) -> Any:
+    """``divide(a, b)`` of two in-memory chunks (or a chunk and a scalar), checked as the
+    contract checks its operands."""
+    kind, scalar = check_operands(a, b)
+    return _in_memory_engine(kind, scalar)(a, b)
+
+
+def divide(x: Any, y: Any) -> Any:
+    """x / y of two Dask arrays of sparse chunks, chunked alike; arguments validated."""
+    import dask.array as da
+
+    return da.map_blocks(_divide_chunk, x, y, dtype=_dtype(x, y), meta=_meta(x, y._meta))
+
+
+def divide_scalar(x: Any, y: Any) -> Any:
+    """x / y for a Dask array `x` of sparse chunks and a scalar `y`; arguments validated."""
+    return x.map_blocks(_divide_chunk, y, dtype=_dtype(x, y), meta=_meta(x, y))
+
+
+def _dtype(x: Any, y: Any) -> Any:
+    y_dtype = y.dtype if hasattr(y, "dtype") else None
+    with np.errstate(all="ignore"):
+        divisor = np.ones(1, dtype=y_dtype) if y_dtype is not None else y
+        return (np.ones(1, dtype=x.dtype) / divisor).dtype
+
+
+def _meta(x: Any, y: Any) -> Any:
+    """The result's meta: a sparse one when both metas are sparse (or y a scalar)."""
+    if library(x._meta) is not None and (library(y) is not None or not _is_array_like(y)):
+        return _divide_chunk(x._meta, y)
+    return x._meta
+
+
+def _is_array_like(a: Any) -> bool:
+    return hasattr(a, "shape") and getattr(a, "ndim", 0) > 0
