@@ -127,3 +127,36 @@ def test_bench_rejects_unknown_op():
     )
     assert proc.returncode == 2
     assert "unknown ops ['nope']" in proc.stderr
+
+
+def test_resolve_namespace():
+    import array_api_compat.numpy
+
+    from xpops._backend import resolve_namespace
+
+    assert resolve_namespace(np) is array_api_compat.numpy
+    assert resolve_namespace(array_api_compat.numpy) is array_api_compat.numpy
+    assert resolve_namespace(None) is xpops.default_namespace()
+    import array_api_strict
+
+    assert resolve_namespace(array_api_strict) is array_api_strict
+
+
+def test_resolve_namespace_dask():
+    pytest.importorskip("dask.array")
+    import array_api_compat.dask.array
+    import dask.array
+
+    from xpops._backend import resolve_namespace
+
+    assert resolve_namespace(dask.array) is array_api_compat.dask.array
+    assert resolve_namespace(array_api_compat.dask.array) is array_api_compat.dask.array
+
+
+def test_resolve_namespace_rejects_non_namespaces():
+    from xpops._backend import resolve_namespace
+
+    with pytest.raises(TypeError, match=r"a module such as numpy\), got builtins\.str"):
+        resolve_namespace("numpy")
+    with pytest.raises(TypeError, match=r"got numpy\.ndarray"):
+        resolve_namespace(np.ones(2))

@@ -12,6 +12,7 @@ from types import ModuleType
 from typing import Any
 
 from ._lib import _compat
+from ._lib._names import type_name
 from ._lib._typing import Array, Device, Namespace
 
 __all__ = [
@@ -65,9 +66,7 @@ def cupy_unavailable_reason() -> str | None:
 
 
 def _compat_numpy() -> Namespace:
-    import array_api_compat.numpy
-
-    return array_api_compat.numpy
+    return _compat.wrapped_namespace("numpy")
 
 
 @functools.cache
@@ -76,9 +75,7 @@ def _compat_cupy() -> Namespace:
     if reason is not None:
         msg = f"the CuPy backend was requested but cannot be used: {reason}"
         raise RuntimeError(msg)
-    import array_api_compat.cupy
-
-    return array_api_compat.cupy
+    return _compat.wrapped_namespace("cupy")
 
 
 def default_namespace() -> Namespace:
@@ -110,11 +107,6 @@ def default_namespace() -> Namespace:
 
 def _is_scalar(obj: Any) -> bool:
     return obj is None or isinstance(obj, bool | int | float | complex)
-
-
-def _type_name(obj: Any) -> str:
-    cls = type(obj)
-    return f"{cls.__module__.split('.')[0]}.{cls.__qualname__}"
 
 
 def get_namespace(*arrays: Array) -> Namespace:
@@ -155,12 +147,12 @@ def get_namespace(*arrays: Array) -> Namespace:
     namespaces: dict[str, tuple[Namespace, Any]] = {}
     for a in candidates:
         if not _compat.is_array_api_obj(a):
-            msg = f"expected an array, got {_type_name(a)}"
+            msg = f"expected an array, got {type_name(a)}"
             raise TypeError(msg)
         ns = _compat.array_namespace(a)
         namespaces.setdefault(ns.__name__, (ns, a))
     if len(namespaces) > 1:
-        kinds = " and ".join(sorted({_type_name(a) for _, a in namespaces.values()}))
+        kinds = " and ".join(sorted({type_name(a) for _, a in namespaces.values()}))
         msg = (
             f"arrays from different libraries cannot be mixed, got {kinds}; "
             "convert them to one library first"
@@ -185,7 +177,7 @@ def resolve_namespace(xp: ModuleType | None) -> Namespace:
     if xp is None:
         return default_namespace()
     if not isinstance(xp, ModuleType):
-        msg = f"`xp` must be an array namespace (a module such as numpy), got {_type_name(xp)}"
+        msg = f"`xp` must be an array namespace (a module such as numpy), got {type_name(xp)}"
         raise TypeError(msg)
     name = xp.__name__
     if name in ("numpy", "array_api_compat.numpy"):
@@ -193,13 +185,9 @@ def resolve_namespace(xp: ModuleType | None) -> Namespace:
     if name in ("cupy", "array_api_compat.cupy"):
         return _compat_cupy()
     if name in ("torch", "array_api_compat.torch"):
-        import array_api_compat.torch
-
-        return array_api_compat.torch
+        return _compat.wrapped_namespace("torch")
     if name in ("dask.array", "array_api_compat.dask.array"):
-        import array_api_compat.dask.array
-
-        return array_api_compat.dask.array
+        return _compat.wrapped_namespace("dask.array")
     if not all(hasattr(xp, attr) for attr in ("asarray", "arange", "int64")):
         msg = f"`xp` must be an array namespace, got module {name!r}"
         raise TypeError(msg)

@@ -9,15 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from .._lib._compat import array_namespace
+from .._lib._compat import wrapped_namespace
 from ._layout import mirrored_offset, triangle_entries, tril_layout
 
 __all__ = ["triangle_indices"]
 
 
 def _pairs(t: np.ndarray, row: int, col: int, offset: int, upper: bool, dtype: Any) -> np.ndarray:
-    # the array-API namespace of a NumPy chunk: array_api_compat's NumPy
-    i, j = triangle_entries(t, row, col, offset, upper, array_namespace(t))
+    i, j = triangle_entries(t, row, col, offset, upper, wrapped_namespace("numpy"))
     return np.stack([np.asarray(i, dtype=dtype), np.asarray(j, dtype=dtype)])
 
 
