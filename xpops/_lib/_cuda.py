@@ -105,7 +105,9 @@ class FastKernel:
 
     def __init__(self, kernel: cupy.RawKernel, signature: str, *, fast: bool = True) -> None:
         if len(signature) > MAX_ARGS or set(signature) - set("pqi"):
-            msg = f"`signature` must be at most {MAX_ARGS} of the letters p, q, i, got {signature!r}"
+            msg = (
+                f"`signature` must be at most {MAX_ARGS} of the letters p, q, i, got {signature!r}"
+            )
             raise ValueError(msg)
         self.kernel = kernel
         self.signature = signature

@@ -32,7 +32,9 @@ def engine_kind(xp: Namespace) -> str:
     Never imports CuPy or Dask: a namespace of theirs can only exist once they are imported.
     """
     name = getattr(xp, "__name__", None)
-    kind = _KIND_OF_NAMESPACE.get(name) if name is not None else None
+    if name is None:  # array_api_compat tells namespaces apart by name alone
+        return "generic"
+    kind = _KIND_OF_NAMESPACE.get(name)
     if kind is not None:
         return kind
     if _compat.is_numpy_namespace(xp):
@@ -43,8 +45,7 @@ def engine_kind(xp: Namespace) -> str:
         kind = "dask"
     else:
         kind = "generic"
-    if name is not None:
-        _KIND_OF_NAMESPACE[name] = kind
+    _KIND_OF_NAMESPACE[name] = kind
     return kind
 
 

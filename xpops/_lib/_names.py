@@ -6,7 +6,8 @@ __all__ = ["type_name"]
 
 
 def type_name(obj: Any) -> str:
-    """``library.Class`` of `obj`, e.g. ``numpy.ndarray`` or ``scipy.sparse._csr.csr_array``
-    (the top-level package, then the class's qualified name)."""
+    """``library.Class`` of `obj`: the top-level package of its type's module, then the type's
+    qualified name, e.g. ``numpy.ndarray``, ``builtins.list`` or ``scipy.csr_array`` (for
+    ``scipy.sparse.csr_array``)."""
     cls = type(obj)
     return f"{cls.__module__.split('.')[0]}.{cls.__qualname__}"

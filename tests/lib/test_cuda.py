@@ -1,0 +1,193 @@
+"""xpops._lib._cuda: C type names, grid sizing, the SM count, the packed argument slots and the
+raw driver launch (FastKernel). The module imports CuPy, so all of it needs a CUDA device."""
+
+import ctypes
+import re
+import threading
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+try:
+    _DEVICES = cupy.cuda.runtime.getDeviceCount()
+except Exception:
+    _DEVICES = 0
+if _DEVICES == 0:
+    pytest.skip("no CUDA device available", allow_module_level=True)
+
+from xpops._lib import _cuda  # noqa: E402  (imports CuPy: only once a device is known)
+
+# ---- C types and grids ----------------------------------------------------------------------
+
+
+def test_c_type_real():
+    assert _cuda.c_type("float32") == "float"
+    assert _cuda.c_type("float64") == "double"
+    assert _cuda.c_type("float64", "Cplx") == "double"
+
+
+def test_c_type_complex():
+    assert _cuda.c_type("complex64", "Cplx") == "Cplx<float>"
+    assert _cuda.c_type("complex128", "thrust::complex") == "thrust::complex<double>"
+
+
+@pytest.mark.parametrize(
+    ("name", "template"), [("complex64", None), ("int32", "Cplx"), ("x", None)]
+)
+def test_c_type_unknown(name, template):
+    with pytest.raises(KeyError, match=re.escape(f"no C type for dtype {name!r}")):
+        _cuda.c_type(name, template)
+
+
+def test_type_tables():
+    assert _cuda.C_TYPES == {"float32": "float", "float64": "double"}
+    assert _cuda.INDEX_C_TYPES == {"int32": "int", "int64": "long long"}
+
+
+def test_grid_1d():
+    assert _cuda.MAX_GRID_X == 2**31 - 1
+    assert _cuda.grid_1d(0, 256) == 1  # at least one block
+    assert _cuda.grid_1d(1, 256) == 1
+    assert _cuda.grid_1d(256, 256) == 1
+    assert _cuda.grid_1d(257, 256) == 2
+    assert _cuda.grid_1d(10**6, 256) == 3907
+    assert _cuda.grid_1d(10**6, 256, max_blocks=100) == 100
+    assert _cuda.grid_1d(2**40, 1) == _cuda.MAX_GRID_X
+
+
+def test_multiprocessors(cupy_only):
+    for device_id in range(_DEVICES):
+        with cupy_only.cuda.Device(device_id):
+            count = _cuda.multiprocessors()
+            assert count == cupy_only.cuda.Device().attributes["MultiProcessorCount"]
+        props = cupy_only.cuda.runtime.getDeviceProperties(device_id)
+        assert count == props["multiProcessorCount"]
+        assert type(count) is int
+        assert count > 0
+
+
+# ---- pack_arguments -------------------------------------------------------------------------
+
+
+def _read_back(table_address: int, count: int, ctype=ctypes.c_int64) -> list[int]:
+    slots = (ctypes.c_void_p * count).from_address(table_address)
+    return [ctype.from_address(slots[k]).value for k in range(count)]
+
+
+def test_pack_arguments_slots_read_back():
+    args = [0, 1, -1, 2**63 - 1, -(2**63), 0x7F12_3456_789A]
+    table = _cuda.pack_arguments(args)
+    assert _read_back(table, len(args)) == args
+    slots = (ctypes.c_void_p * len(args)).from_address(table)
+    assert [slots[k] - slots[0] for k in range(len(args))] == [8 * k for k in range(len(args))]
+    # negative integers in two's complement, as an unsigned 64-bit slot holds them
+    assert _read_back(table, 3, ctypes.c_uint64)[2] == 2**64 - 1
+
+
+def test_pack_arguments_32_bit_parameters_read_the_low_half():
+    table = _cuda.pack_arguments([-7, 2**31 - 1, 5])
+    assert _read_back(table, 3, ctypes.c_int32) == [-7, 2**31 - 1, 5]
+
+
+def test_pack_arguments_one_buffer_per_thread():
+    here = _cuda.pack_arguments([1, 2])
+    assert _cuda.pack_arguments([3]) == here  # one thread's slots are reused
+    other: list[int] = []
+
+    def pack_elsewhere():
+        table = _cuda.pack_arguments([4])
+        other.extend([table, *_read_back(table, 1)])
+
+    thread = threading.Thread(target=pack_elsewhere)
+    thread.start()
+    thread.join()
+    assert other[0] != here
+    assert other[1] == 4
+    assert _read_back(here, 2) == [3, 2]  # this thread's slots untouched by the other
+
+
+def test_pack_arguments_no_arguments():
+    assert _cuda.pack_arguments([]) == _cuda.pack_arguments([1])
+
+
+# ---- FastKernel -----------------------------------------------------------------------------
+
+_AFFINE = r"""
+extern "C" __global__ void xpops_test_affine(long long* out, long long a, int b, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        out[i] = a * i + b;
+    }
+}
+"""
+
+
+@pytest.fixture
+def affine(cupy_only):
+    return cupy_only.RawKernel(_AFFINE, "xpops_test_affine")
+
+
+def _check_affine(cp, kernel, n, a, b, threads=128):
+    out = cp.full(n + 5, -1, dtype=cp.int64)
+    kernel(_cuda.grid_1d(n, threads), threads, (out.data.ptr, a, b, n))
+    want = a * np.arange(n, dtype=np.int64) + b
+    got = out.get()
+    np.testing.assert_array_equal(got[:n], want)
+    np.testing.assert_array_equal(got[n:], -1)  # nothing written past n
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_fast_kernel_launch(cupy_only, affine, fast):
+    kernel = _cuda.FastKernel(affine, "pqiq", fast=fast)
+    assert kernel.fast == (fast and hasattr(cupy_only.cuda.driver, "launchKernel"))
+    assert kernel.kernel is affine
+    assert kernel.signature == "pqiq"
+    # a 64-bit factor beyond 2**32 and a negative 32-bit offset
+    _check_affine(cupy_only, kernel, 1000, 2**33 + 3, -7)
+    _check_affine(cupy_only, kernel, 1, 5, 2**31 - 1)
+
+
+def test_fast_and_typed_launches_agree(cupy_only, affine):
+    cp = cupy_only
+    n = 4099
+    results = []
+    for fast in (True, False):
+        out = cp.zeros(n, dtype=cp.int64)
+        _cuda.FastKernel(affine, "pqiq", fast=fast)(
+            _cuda.grid_1d(n, 256), 256, (out.data.ptr, -(2**40), -123, n)
+        )
+        results.append(out.get())
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_fast_kernel_runs_on_the_current_stream(cupy_only, affine):
+    cp = cupy_only
+    kernel = _cuda.FastKernel(affine, "pqiq")
+    n = 1 << 16
+    out = cp.zeros(n, dtype=cp.int64)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        kernel(_cuda.grid_1d(n, 256), 256, (out.data.ptr, 3, 1, n))
+    stream.synchronize()
+    np.testing.assert_array_equal(out.get(), 3 * np.arange(n) + 1)
+
+
+@pytest.mark.parametrize("fast", [True, False])
+@pytest.mark.parametrize("count", [3, 5])
+def test_fast_kernel_wrong_argument_count(cupy_only, affine, fast, count):
+    kernel = _cuda.FastKernel(affine, "pqiq", fast=fast)
+    with pytest.raises(ValueError, match=f"the kernel takes 4 arguments, got {count}"):
+        kernel(1, 32, tuple(range(count)))
+
+
+@pytest.mark.parametrize("signature", ["pqx", "pf", "P", "p" * 17, "pq i"])
+def test_fast_kernel_bad_signature(cupy_only, affine, signature):
+    message = f"`signature` must be at most 16 of the letters p, q, i, got {signature!r}"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        _cuda.FastKernel(affine, signature)
+
+
+def test_fast_kernel_longest_signature(cupy_only, affine):
+    assert _cuda.MAX_ARGS == 16
+    assert _cuda.FastKernel(affine, "p" * 16).signature == "p" * 16  # built, never launched
