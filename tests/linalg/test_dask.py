@@ -2,6 +2,8 @@
 against independent references), several chunkings each, NumPy chunks and, with a GPU, CuPy
 chunks."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,21 @@ def test_cholesky_solve_vector_and_errors():
     b = da.from_array(rng.standard_normal((4, 5, 2)), chunks=(2, 3, 2))
     with pytest.raises(ValueError, match=r"rechunk"):
         xpops.linalg.cholesky_solve(b, da.from_array(low))
+
+
+def test_cholesky_solve_core_chunk_messages():
+    """The whole message: which operand, how many chunks along which axes, how to rechunk."""
+    b = da.from_array(np.ones((4, 5, 2)), chunks=(2, 3, 2))
+    want = (
+        "`x` must hold its last 2 dimensions in one chunk (the solve needs whole matrices), "
+        "got 2 chunks along axis -2; rechunk first, e.g. x.rechunk({-2: -1, -1: -1})"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(want)}$"):
+        xpops.linalg.cholesky_solve(b, da.from_array(np.eye(5)))
+    y = da.from_array(np.eye(5), chunks=(2, 2))
+    want = (
+        "`y` must hold its last 2 dimensions in one chunk (the solve needs whole matrices), "
+        "got 3 chunks along axis -2, -1; rechunk first, e.g. y.rechunk({-2: -1, -1: -1})"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(want)}$"):
+        xpops.linalg.cholesky_solve(da.from_array(np.ones((5, 2))), y)

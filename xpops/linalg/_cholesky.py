@@ -1,17 +1,38 @@
 """cholesky_solve: contract, validation and dispatch."""
 
-import sys
 from typing import Any
 
 import numpy as np
 
 from .. import _backend
 from .._lib import _compat
+from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
-from .._lib._typing import Array, DType, Namespace
+from .._lib._typing import Array, ArrayT, DType, Namespace
 from .._lib._validation import as_bool
 
 __all__ = ["cholesky_solve"]
+
+_PACKAGE = __name__.rpartition(".")[0]  # the engines' package (``__package__`` may be None)
+# Each engine takes (x, y, upper, *, xp) as validated and cast below: x (*, M, K), y (*, M, M),
+# one float or complex compute dtype, nothing empty. The NumPy and generic engines are imported
+# on first use too: the NumPy one imports SciPy.
+_ENGINES = Engines(
+    _PACKAGE,
+    numpy="._numpy:cholesky_solve",
+    cupy="._cupy:cholesky_solve",
+    dask="._dask:cholesky_solve",
+    generic="._agnostic:cholesky_solve",
+)
+# The CuPy fast path's engine (two CuPy arrays of one float or complex dtype, one batch shape,
+# nothing empty): only its CuPy entry is called; the others are the general engines.
+_SAME_BATCH_ENGINES = Engines(
+    _PACKAGE,
+    numpy="._numpy:cholesky_solve",
+    cupy="._cupy:solve_same_batch",
+    dask="._dask:cholesky_solve",
+    generic="._agnostic:cholesky_solve",
+)
 
 
 def _shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> str:
@@ -81,40 +102,7 @@ def _check_shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> tuple[tuple[int, 
     return (*batch, m, xs[-1]), False
 
 
-_cuda_engine: Any = None  # xpops._cupy.linalg once imported (an import statement costs host time)
-
-
-def _cupy_fast_path(x: Any, y: Any, upper: Any) -> Any:
-    """The CuPy engine's result for the common call (two CuPy arrays of one float or complex
-    dtype, same batch shape, nothing empty), or None: the checks of the general path cost
-    more host time than the kernel takes for small batches."""
-    cupy = sys.modules.get("cupy")
-    if cupy is None or type(x) is not cupy.ndarray or type(y) is not cupy.ndarray:
-        return None
-    xs, ys = x.shape, y.shape
-    if (
-        type(upper) is not bool
-        or x.dtype != y.dtype
-        or x.dtype.char not in "fdFD"
-        or len(xs) < 2
-        or len(ys) < 2
-        or xs[:-2] != ys[:-2]
-        or ys[-1] != ys[-2]
-        or xs[-2] != ys[-1]
-        or 0 in xs
-        or 0 in ys
-        or x.data.device_id != y.data.device_id  # cheaper than comparing x.device objects
-    ):
-        return None
-    global _cuda_engine
-    if _cuda_engine is None:
-        from .._cupy import linalg
-
-        _cuda_engine = linalg
-    return _cuda_engine.solve_same_batch(x, y, upper)
-
-
-def cholesky_solve(x: Array, y: Array, /, upper: bool = False) -> Array:
+def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     r"""Solve :math:`A X = B` given the Cholesky factor of :math:`A`; batched, broadcasting.
 
     `x` holds the right-hand sides :math:`B` and `y` the factor :math:`u` of :math:`A`:
@@ -214,45 +202,36 @@ def cholesky_solve(x: Array, y: Array, /, upper: bool = False) -> Array:
     >>> xpops.linalg.cholesky_solve(np.ones((2, 1)), np.stack([L, 2 * L])).shape
     (2, 2, 1)
     """
-    fast = _cupy_fast_path(x, y, upper)
-    if fast is not None:
-        return fast
-    xp = _backend.get_namespace(x, y)
-    for name, a in (("x", x), ("y", y)):
-        if not _compat.is_array_api_obj(a):
-            msg = f"`{name}` must be an array, got {type(a).__name__}"
+    a: Array = x  # the arrays, typed for attribute access (ArrayT ties the result's type to x)
+    b: Array = y
+    # The common CuPy call goes straight to the kernel: the general checks cost more host time
+    # than the kernel takes for small batches. The guard and the checks here imply every check
+    # below (same batch shape, hence broadcasting ones; square factors; matching M).
+    if cupy_fast_arrays(a, b, chars="fdFD", min_ndim=2) and type(upper) is bool:
+        xs, ys = a.shape, b.shape
+        if xs[:-2] == ys[:-2] and ys[-1] == ys[-2] and xs[-2] == ys[-1]:
+            return _SAME_BATCH_ENGINES["cupy"](a, b, upper)
+    xp = _backend.get_namespace(a, b)
+    for name, arg in (("x", a), ("y", b)):
+        if not _compat.is_array_api_obj(arg):
+            msg = f"`{name}` must be an array, got {type(arg).__name__}"
             raise TypeError(msg)
     upper = as_bool(upper, "upper")
-    xs, ys = tuple(x.shape), tuple(y.shape)
-    compute_dtype, out_dtype = _resolve_dtypes(xp, x, y)
+    xs, ys = tuple(a.shape), tuple(b.shape)
+    compute_dtype, out_dtype = _resolve_dtypes(xp, a, b)
     out_shape, vector = _check_shapes(xs, ys)
-    device = _check_device(x, y, xs, ys)
+    device = _check_device(a, b, xs, ys)
 
     if 0 in out_shape:
         return xp.empty(out_shape, dtype=out_dtype, device=device)
     if vector:
-        x = xp.reshape(x, (xs[0], 1))
-    if x.dtype != compute_dtype:
-        x = xp.astype(x, compute_dtype)
-    if y.dtype != compute_dtype:
-        y = xp.astype(y, compute_dtype)
+        a = xp.reshape(a, (xs[0], 1))
+    if a.dtype != compute_dtype:
+        a = xp.astype(a, compute_dtype)
+    if b.dtype != compute_dtype:
+        b = xp.astype(b, compute_dtype)
 
-    if _backend.is_numpy_namespace(xp):
-        from .._numpy import linalg as engine
-
-        out = engine.cholesky_solve(x, y, upper)
-    elif _backend.is_cupy_namespace(xp):
-        from .._cupy import linalg as cuda_engine
-
-        out = cuda_engine.cholesky_solve(x, y, upper)
-    elif _backend.is_dask_namespace(xp):
-        from .._dask import linalg as dask_engine
-
-        out = dask_engine.cholesky_solve(x, y, upper)
-    else:
-        from .._agnostic import linalg as generic_engine
-
-        out = generic_engine.cholesky_solve(x, y, upper, xp=xp)
+    out = dispatch(xp, _ENGINES, a, b, upper, xp=xp)
 
     if out.dtype != out_dtype:
         out = xp.astype(out, out_dtype)

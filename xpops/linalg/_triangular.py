@@ -7,10 +7,20 @@ complex64 or complex128) of the namespace `xp`, an array-API namespace as
 the casts and the 1-D handling.
 """
 
-from .. import _backend
+from .._lib._dispatch import Engines, dispatch
 from .._lib._typing import Array, Namespace
 
 __all__ = ["solve_triangular"]
+
+# Each engine takes (b, a, lower, conj_trans, *, xp). NumPy has its own engine; every other
+# namespace, CuPy and Dask included, takes the generic one.
+_ENGINES = Engines(
+    __name__.rpartition(".")[0],
+    numpy="._numpy:solve_triangular",
+    cupy="._agnostic:solve_triangular",
+    dask="._agnostic:solve_triangular",
+    generic="._agnostic:solve_triangular",
+)
 
 
 def solve_triangular(
@@ -23,13 +33,7 @@ def solve_triangular(
     gives inf or NaN in the systems concerned, never an error.
 
     Engines: NumPy (vectorized substitution for small systems, BLAS ``trsm`` per matrix for
-    large ones, see ``xpops._numpy.linalg``); PyTorch (``torch.linalg.solve_triangular``);
+    large ones, see ``xpops.linalg._numpy``); PyTorch (``torch.linalg.solve_triangular``);
     any other namespace, CuPy included, ``xp.linalg.solve`` on the masked triangle.
     """
-    if _backend.is_numpy_namespace(xp):
-        from .._numpy import linalg as engine
-
-        return engine.solve_triangular(b, a, lower, conjugate_transpose)
-    from .._agnostic import linalg as generic_engine
-
-    return generic_engine.solve_triangular(b, a, lower, conjugate_transpose, xp=xp)
+    return dispatch(xp, _ENGINES, b, a, lower, conjugate_transpose, xp=xp)

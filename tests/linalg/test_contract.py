@@ -5,88 +5,31 @@ References are independent: ``numpy.linalg.solve`` on A itself in float64/comple
 backward error ``||A X - B|| / (||A|| ||X||)`` for ill-conditioned A.
 """
 
-import math
 import re
 
 import numpy as np
 import pytest
 import scipy.linalg
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import xpops
 from xpops._lib._compat import array_namespace, device
 from xpops.linalg._triangular import solve_triangular
 
 from .._support import backend_name, to_numpy
+from ._common import (
+    DTYPES,
+    PATTERNS,
+    asarray,
+    assert_solution,
+    check_property,
+    is_c_contiguous,
+    make_factor,
+    reference,
+    systems,
+)
 
 nan, inf = np.nan, np.inf
-DTYPES = ["float32", "float64", "complex64", "complex128"]
-
-
-def make_factor(rng, batch, m, dtype="float64", upper=False, junk=nan, cond=None):
-    """A factor of a well-conditioned (or, with `cond`, ill-conditioned) A, junk elsewhere.
-
-    Returns (factor, A, clean factor); A = L L^H in complex128/float64.
-    """
-    complex_ = np.dtype(dtype).kind == "c"
-    g = rng.standard_normal((*batch, m, m))
-    if complex_:
-        g = g + 1j * rng.standard_normal((*batch, m, m))
-    lower = np.tril(g) / max(m, 1) ** 0.5
-    i = np.arange(m)
-    if cond is None:
-        lower[..., i, i] = np.abs(lower[..., i, i]) + 1.0
-    else:  # diagonal from 1 down to cond**-0.5: A's condition number near `cond`
-        lower[..., i, i] = np.logspace(0, -0.5 * math.log10(cond), m)
-        lower = lower * np.where(i[:, None] > i[None, :], 1e-3, 1.0)
-    a = lower @ np.conj(np.swapaxes(lower, -1, -2))
-    clean = np.conj(np.swapaxes(lower, -1, -2)) if upper else lower
-    factor = clean.copy()
-    other = np.tril(np.ones((m, m), bool), -1) if upper else np.triu(np.ones((m, m), bool), 1)
-    factor[..., other] = junk
-    return factor.astype(dtype), a, clean.astype(dtype)
-
-
-def reference(a, b):
-    """numpy.linalg.solve on A, broadcasting, in float64/complex128."""
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    m = a.shape[-1]
-    a = np.broadcast_to(a, (*batch, m, m))
-    b = np.broadcast_to(b, (*batch, *b.shape[-2:]))
-    wide = np.complex128 if np.iscomplexobj(a) or np.iscomplexobj(b) else np.float64
-    return np.linalg.solve(a.astype(wide), b.astype(wide))
-
-
-def tolerance(dtype_name):
-    return {
-        "float16": 5e-3,
-        "bfloat16": 3e-2,
-        "float32": 2e-5,
-        "complex64": 2e-5,
-        "float64": 1e-12,
-        "complex128": 1e-12,
-    }[dtype_name]
-
-
-def assert_solution(got, want, dtype_name):
-    got = to_numpy(got).astype(want.dtype)
-    assert got.shape == want.shape
-    scale = max(float(np.max(np.abs(want), initial=0.0)), 1.0)
-    np.testing.assert_allclose(got, want, rtol=0, atol=tolerance(dtype_name) * scale)
-
-
-def asarray(xp, a):
-    return xp.asarray(np.ascontiguousarray(a))
-
-
-def is_c_contiguous(a):
-    name = type(a).__module__.split(".")[0]
-    if name in ("numpy", "cupy"):
-        return bool(a.flags.c_contiguous)
-    if name == "torch":
-        return bool(a.is_contiguous())
-    return True  # array-api-strict has no notion of memory layout
 
 
 # ---- the contract's examples, references -----------------------------------------------------
@@ -138,19 +81,6 @@ def test_against_numpy_solve_on_a(xp, dtype_name, upper, batch, m, k):
 
 
 # ---- broadcasting -------------------------------------------------------------------------------
-
-PATTERNS = [
-    ((4, 1), (5,)),
-    ((), (6,)),
-    ((6,), ()),
-    ((2, 3), (3,)),
-    ((2, 1), (1, 3)),
-    ((1,), (4,)),
-    ((4,), (1,)),
-    ((3, 1, 2), (4, 1)),
-    ((1, 1), ()),
-    ((), ()),
-]
 
 
 @pytest.mark.parametrize(("bx", "by"), PATTERNS)
@@ -320,24 +250,6 @@ def test_empty(xp, xs, ys, out, dtype_name):
     assert type(got).__module__.split(".")[0] == backend_name(xp)
 
 
-NUMPY_PATHS = ["blas", "rows", "batch_last"]  # the NumPy engine's three paths
-
-
-@pytest.fixture(params=NUMPY_PATHS)
-def numpy_path(request, xp):
-    """Each path of the NumPy engine forced in turn, whatever the sizes (one run, with the
-    engine's own choice, for the other backends)."""
-    from xpops._numpy import linalg as engine
-
-    numpy_backend = backend_name(xp) == "numpy"
-    if not numpy_backend and request.param != NUMPY_PATHS[0]:
-        pytest.skip("the NumPy engine's paths: NumPy only")
-    saved = engine._PATH
-    engine._PATH = request.param if numpy_backend else None
-    yield request.param
-    engine._PATH = saved
-
-
 # ---- special values -----------------------------------------------------------------------------
 
 
@@ -392,34 +304,10 @@ def test_backward_error_ill_conditioned(xp, numpy_path, dtype_name, upper, m):
 # ---- properties ---------------------------------------------------------------------------------
 
 
-@st.composite
-def systems(draw):
-    """Random M, K, batch shapes that broadcast (with size-1 and missing dimensions)."""
-    m = draw(st.integers(1, 9))
-    k = draw(st.integers(1, 4))
-    nb = draw(st.integers(0, 3))
-    batch = draw(st.lists(st.integers(1, 3), min_size=nb, max_size=nb))
-    bx = [1 if draw(st.booleans()) else s for s in batch]
-    by = [1 if draw(st.booleans()) else s for s in batch]
-    bx = bx[draw(st.integers(0, len(bx))) :]
-    by = by[draw(st.integers(0, len(by))) :]
-    return m, k, tuple(bx), tuple(by), draw(st.booleans()), draw(st.integers(0, 2**32 - 1))
-
-
-def _check_property(namespace, case):
-    m, k, bx, by, upper, seed = case
-    rng = np.random.default_rng(seed)
-    factor, a, _ = make_factor(rng, by, m, upper=upper)
-    b = rng.standard_normal((*bx, m, k))
-    got = xpops.linalg.cholesky_solve(asarray(namespace, b), asarray(namespace, factor), upper)
-    assert tuple(got.shape) == (*np.broadcast_shapes(bx, by), m, k)
-    assert_solution(got, reference(a, b), "float64")
-
-
 @settings(max_examples=60, deadline=None)
 @given(case=systems())
 def test_property_numpy(case):
-    _check_property(np, case)
+    check_property(np, case)
 
 
 @settings(max_examples=40, deadline=None)
@@ -427,42 +315,7 @@ def test_property_numpy(case):
 def test_property_generic_engine(case):
     import array_api_strict
 
-    _check_property(array_api_strict, case)
-
-
-@settings(max_examples=40, deadline=None)
-@given(case=systems(), path=st.sampled_from(NUMPY_PATHS))
-def test_property_numpy_every_path(case, path):
-    """Each path of the NumPy engine, whatever the sizes."""
-    from xpops._numpy import linalg as engine
-
-    saved = engine._PATH
-    engine._PATH = path
-    try:
-        _check_property(np, case)
-    finally:
-        engine._PATH = saved
-
-
-@pytest.mark.parametrize("path", ["rows", "batch_last"])
-@pytest.mark.parametrize("dtype_name", ["float64", "complex128"])
-@pytest.mark.parametrize("upper", [False, True])
-@pytest.mark.parametrize("k", [1, 3])
-def test_numpy_vectorized_paths_across_chunks(path, dtype_name, upper, k):
-    """Chunks of a few factors over a batch of 11 (the last chunk short), junk in the unused
-    triangle."""
-    from xpops._numpy import linalg as engine
-
-    rng = np.random.default_rng(17)
-    factor, a, _ = make_factor(rng, (11,), 6, dtype_name, upper)
-    b = rng.standard_normal((11, 6, k)).astype(dtype_name)
-    saved = engine._PATH, engine._CHUNK_BYTES
-    engine._PATH, engine._CHUNK_BYTES = path, 3 * 36 * factor.itemsize
-    try:
-        got = xpops.linalg.cholesky_solve(b, factor, upper=upper)
-    finally:
-        engine._PATH, engine._CHUNK_BYTES = saved
-    assert_solution(got, reference(a, b), dtype_name)
+    check_property(array_api_strict, case)
 
 
 # ---- errors -------------------------------------------------------------------------------------
@@ -566,33 +419,6 @@ def test_result_is_a_new_array(xp):
     np.testing.assert_array_equal(to_numpy(x), [[1.0]])
 
 
-def test_non_contiguous_numpy_inputs():
-    rng = np.random.default_rng(12)
-    factor, _, _ = make_factor(rng, (4,), 6)
-    b = rng.standard_normal((6, 4, 3))
-    views = [
-        (np.swapaxes(b, 0, 1), np.asfortranarray(factor)),
-        (np.swapaxes(b, 0, 1)[:, :, ::2], factor[::-1]),
-        (np.swapaxes(b, 0, 1), np.swapaxes(np.swapaxes(factor, 1, 2).copy(), 1, 2)),
-    ]
-    for x, y in views:
-        before = (x.copy(), y.copy())
-        for path in NUMPY_PATHS:
-            from xpops._numpy import linalg as engine
-
-            saved = engine._PATH
-            engine._PATH = path
-            try:
-                got = xpops.linalg.cholesky_solve(x, y)
-            finally:
-                engine._PATH = saved
-            assert got.flags.c_contiguous
-            ys = np.tril(np.asarray(y))
-            assert_solution(got, reference(ys @ np.swapaxes(ys, -1, -2), x), "float64")
-        np.testing.assert_array_equal(x, before[0])
-        np.testing.assert_array_equal(y, before[1])
-
-
 # ---- the internal triangular solve --------------------------------------------------------------
 
 
@@ -625,69 +451,3 @@ def test_solve_triangular_helper(xp, numpy_path, lower, conjugate_transpose, dty
         ]
     )
     assert_solution(got, want.astype(np.complex128), dtype_name)
-
-
-# ---- GPU only -----------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("m", [1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128])
-@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
-@pytest.mark.parametrize("upper", [False, True])
-def test_gpu_sizes_around_block_boundaries(cupy_only, m, dtype_name, upper):
-    cupy = cupy_only
-    rng = np.random.default_rng(m)
-    for batch, k in [((), 1), ((5,), 3), ((37,), 1)]:
-        factor, a, _ = make_factor(rng, batch, m, dtype_name, upper)
-        b = rng.standard_normal((*batch, m, k)).astype(dtype_name)
-        junk = cupy.full(4 * factor.size + 1024, np.nan, dtype=np.float32)
-        del junk  # leave NaN in the memory pool: unwritten outputs show up
-        got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor), upper=upper)
-        assert got.flags.c_contiguous
-        assert got.dtype == np.dtype(dtype_name)
-        assert_solution(got, reference(a, b), dtype_name)
-
-
-def test_gpu_broadcasting_and_special_values(cupy_only):
-    cupy = cupy_only
-    rng = np.random.default_rng(14)
-    for bx, by in PATTERNS:
-        factor, a, _ = make_factor(rng, by, 6)
-        b = rng.standard_normal((*bx, 6, 2))
-        got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor))
-        assert got.flags.c_contiguous
-        assert_solution(got, reference(a, b), "float64")
-    factor, a, _ = make_factor(rng, (3,), 40)
-    factor[1, 7, 7] = 0.0
-    b = rng.standard_normal((3, 40, 2))
-    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor)).get()
-    assert not np.isfinite(got[1]).all()
-    assert_solution(got[[0, 2]], reference(a[[0, 2]], b[[0, 2]]), "float64")
-
-
-def test_gpu_a_million_small_systems(cupy_only):
-    cupy = cupy_only
-    rng = np.random.default_rng(15)
-    n, m = 10**6, 4
-    factor, a, _ = make_factor(rng, (n,), m)
-    b = rng.standard_normal((n, m, 1))
-    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor)).get()
-    pick = rng.choice(n, 2000, replace=False)
-    pick = np.concatenate([pick, [0, n - 1]])
-    assert_solution(got[pick], reference(a[pick], b[pick]), "float64")
-    assert np.isfinite(got).all()
-
-
-@pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex64", "complex128"])
-@pytest.mark.parametrize("upper", [False, True])
-@pytest.mark.parametrize("m", [512, 1000, 1537])
-def test_gpu_one_large_system(cupy_only, dtype_name, upper, m):
-    cupy = cupy_only
-    rng = np.random.default_rng(16)
-    k = 64
-    factor, a, _ = make_factor(rng, (1,), m, dtype_name, upper)  # NaN in the unused triangle
-    b = rng.standard_normal((1, m, k)).astype(dtype_name)
-    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor), upper=upper).get()
-    x = got[0].astype(np.complex128)
-    resid = np.linalg.norm(a[0] @ x - b[0], 2)
-    eps = np.finfo(np.dtype(dtype_name)).eps
-    assert resid <= 4 * m * eps * np.linalg.norm(a[0], 2) * np.linalg.norm(x, 2)

@@ -29,14 +29,14 @@ H100 left-side solves ran 20% faster than right-side ones on the row-major data 
 K = 256), and ``potrs`` 3-5% faster than two ``trsm`` calls (a call's host time included).
 """
 
-import ctypes
 import functools
 import math
-import struct
-import threading
 
 import cupy
 import numpy as np
+
+from .._lib._cuda import FastKernel, c_type
+from .._lib._typing import Namespace
 
 # Systems with LANES_MAX_M < M <= SMALL_MAX_M use the small kernel. Measured on an H100:
 # (10000, 64, 64) K=8 0.22 / 0.42 ms (float32 / float64) against 0.53 / 0.91 ms for batched
@@ -51,9 +51,10 @@ SMALL_COLUMNS = 4  # right-hand sides a lane holds at once when K > 1
 # 100000 systems, float32 / float64): M=8 0.026 / 0.040 ms against 0.048 / 0.052 ms for the
 # small kernel, M=16 0.062 / 0.095 against 0.091 / 0.123, M=24 0.13 / 0.23 against 0.24 /
 # 0.31, M=32 0.18 / 0.34 against 0.25 / 0.35; with K=8 it was faster at every M up to 32.
-# Keeping row and column of L in one register array (float64, M=16: 72 registers a lane, not
-# 92; 28% of the warp slots busy became 40%) took M=16 K=1 to 0.051 / 0.074 ms (from 0.052 /
-# 0.085), complex128 0.215 to 0.176, float32 M=32 K=8 0.41 to 0.33.
+# A lane keeps its row and column of L in one register array, not two: float64 M=16 then
+# needs 72 registers a lane, not 92 (40% of the warp slots busy, not 28%), and M=16 K=1 takes
+# 0.051 / 0.074 ms against 0.052 / 0.085, complex128 0.176 against 0.215, float32 M=32 K=8
+# 0.33 against 0.41.
 LANES_MAX_M = 32
 LANES_THREADS = 128  # threads a block (64 ran the same; 32 up to 25% slower, 256 up to 16%)
 
@@ -309,12 +310,11 @@ xpops_cholesky_solve_small(const T* __restrict__ rhs, const T* __restrict__ fact
 # cuBLAS enumerations (cublas_api.h)
 _SIDE_LEFT, _FILL_LOWER, _FILL_UPPER, _OP_N, _OP_T, _DIAG_NON_UNIT = 0, 0, 1, 0, 1, 0
 
-_CTYPES = {
-    "float32": "float",
-    "float64": "double",
-    "complex64": "Cplx<float>",
-    "complex128": "Cplx<double>",
-}
+# FastKernel signatures (p pointer, q 64-bit, i 32-bit integer), one letter a kernel parameter:
+# lanes (rhs, factor, out, long long batch, int K, int upper, rhs_index, factor_index) and
+# small (rhs, factor, out, long long batch, int M, int K, int upper, rhs_index, factor_index).
+_LANES_SIGNATURE = "pppqiipp"
+_SMALL_SIGNATURE = "pppqiiipp"
 
 
 def _small_config(M: int, K: int, itemsize: int) -> tuple[int, int, int, int]:
@@ -328,18 +328,19 @@ def _small_config(M: int, K: int, itemsize: int) -> tuple[int, int, int, int]:
 
 
 @cupy.memoize(for_each_device=True)
-def _small_kernel(dtype_name: str, m_max: int, columns: int, systems: int) -> cupy.RawKernel:
-    name = f"xpops_cholesky_solve_small<{_CTYPES[dtype_name]}, {m_max}, {columns}, {systems}>"
+def _small_kernel(dtype_name: str, m_max: int, columns: int, systems: int) -> FastKernel:
+    ctype = c_type(dtype_name, "Cplx")
+    name = f"xpops_cholesky_solve_small<{ctype}, {m_max}, {columns}, {systems}>"
     module = cupy.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=[name])
-    return module.get_function(name)
+    return FastKernel(module.get_function(name), _SMALL_SIGNATURE)
 
 
 @cupy.memoize(for_each_device=True)
-def _lanes_kernel(dtype_name: str, m: int, columns: int, threads: int) -> cupy.RawKernel:
-    name = f"xpops_cholesky_solve_lanes<{_CTYPES[dtype_name]}, {m}, {columns}>"
+def _lanes_kernel(dtype_name: str, m: int, columns: int, threads: int) -> FastKernel:
+    name = f"xpops_cholesky_solve_lanes<{c_type(dtype_name, 'Cplx')}, {m}, {columns}>"
     options = ("-std=c++17", f"-DLANES_THREADS={threads}")
     module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=[name])
-    return module.get_function(name)
+    return FastKernel(module.get_function(name), _LANES_SIGNATURE)
 
 
 def _lanes_config(M: int, itemsize: int) -> tuple[int, int]:
@@ -353,18 +354,22 @@ def _lanes_config(M: int, itemsize: int) -> tuple[int, int]:
 
 
 @functools.cache
-def _lanes_launch(dtype: np.dtype, M: int, single: bool, device: int) -> tuple[int, int, int]:
-    """(lanes a system, threads a block, kernel function on `device`) of the lanes kernel for
-    one right-hand side (`single`) or more: looked up once a shape, since the host's time
-    before a launch is GPU time lost for small batches."""
+def _lanes_launch(
+    dtype: np.dtype, M: int, single: bool, device: int
+) -> tuple[int, int, FastKernel]:
+    """(lanes a system, threads a block, kernel on `device`) of the lanes kernel for one
+    right-hand side (`single`) or more: looked up once a shape, since the host's time before a
+    launch is GPU time lost for small batches."""
     lanes, threads = _lanes_config(M, dtype.itemsize)
     columns = 1 if single else SMALL_COLUMNS
     with cupy.cuda.Device(device):
-        function = _lanes_kernel(dtype.name, M, columns, threads).kernel.ptr
-    return lanes, threads, function
+        kernel = _lanes_kernel(dtype.name, M, columns, threads)
+    return lanes, threads, kernel
 
 
-def _operands(x, y, out, batch) -> tuple[int, tuple[int, ...], tuple[int, int], tuple]:
+def _operands(
+    x: cupy.ndarray, y: cupy.ndarray, out: cupy.ndarray, batch: tuple[int, ...]
+) -> tuple[int, tuple[int, int, int], tuple[int, ...], tuple[cupy.ndarray | None, ...]]:
     """The lanes and small kernels' common arguments: (systems, pointers of x, y and out,
     pointers of the index arrays that follow broadcast batch dimensions (0 for an operand that
     is not broadcast), the index arrays themselves, to be held until the launch)."""
@@ -374,9 +379,9 @@ def _operands(x, y, out, batch) -> tuple[int, tuple[int, ...], tuple[int, int], 
 
 
 def _solve_lanes(x, y, out, batch, M, K, upper):
-    lanes, threads, function = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
+    lanes, threads, kernel = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
     n, pointers, indexes, _held = _operands(x, y, out, batch)
-    _launch(function, -(-n * lanes // threads), threads, (*pointers, n, K, int(upper), *indexes))
+    kernel(-(-n * lanes // threads), threads, (*pointers, n, K, int(upper), *indexes))
 
 
 def solve_same_batch(x: cupy.ndarray, y: cupy.ndarray, upper: bool) -> cupy.ndarray:
@@ -386,44 +391,12 @@ def solve_same_batch(x: cupy.ndarray, y: cupy.ndarray, upper: bool) -> cupy.ndar
     M, K = x.shape[-2], x.shape[-1]
     if M > LANES_MAX_M or not (x.flags.c_contiguous and y.flags.c_contiguous):
         return cholesky_solve(x, y, upper)
-    lanes, threads, function = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
+    lanes, threads, kernel = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
     out = cupy.empty(x.shape, x.dtype)
     n = out.size // (M * K)
     args = (x.data.ptr, y.data.ptr, out.data.ptr, n, K, int(upper), 0, 0)
-    _launch(function, -(-n * lanes // threads), threads, args)
+    kernel(-(-n * lanes // threads), threads, args)
     return out
-
-
-_ARGS = threading.local()
-_PACK = {n: struct.Struct(f"<{n}Q").pack_into for n in (8, 9)}  # by the number of arguments
-
-
-def _launch(function: int, blocks: int, threads: int, args: tuple[int, ...]) -> None:
-    """Launch the kernel `function` (a CUfunction) on the current stream through the driver,
-    its arguments (pointers and integers) each in a 64-bit slot of a per-thread buffer: a
-    32-bit int parameter reads the slot's low half (little-endian). RawKernel's own launch
-    converts each argument and took about 20 us of host time here, which small batches wait
-    for on the GPU."""
-    slots = getattr(_ARGS, "slots", None)
-    if slots is None:
-        values = (ctypes.c_uint64 * 9)()
-        table = (ctypes.c_void_p * 9)(*(ctypes.addressof(values) + 8 * i for i in range(9)))
-        slots = _ARGS.slots = (values, table, ctypes.addressof(table))
-    values, _, table_address = slots
-    _PACK[len(args)](values, 0, *args)
-    cupy.cuda.driver.launchKernel(
-        function,
-        blocks,
-        1,
-        1,
-        threads,
-        1,
-        1,
-        0,
-        cupy.cuda.get_current_stream().ptr,
-        table_address,
-        0,
-    )
 
 
 def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> cupy.ndarray | None:
@@ -440,7 +413,7 @@ def _solve_small(x, y, out, batch, M, K, upper):
     kernel = _small_kernel(x.dtype.name, m_max, columns, systems)
     n, pointers, indexes, _held = _operands(x, y, out, batch)
     args = (*pointers, n, M, K, int(upper), *indexes)
-    _launch(kernel.kernel.ptr, -(-n // systems), threads, args)
+    kernel(-(-n // systems), threads, args)
 
 
 def _solve_blas(x, y, out, batch, M, K, upper):
@@ -513,11 +486,19 @@ def _solve_blas(x, y, out, batch, M, K, upper):
     out[...] = cupy.swapaxes(work, -1, -2)
 
 
-def cholesky_solve(x: cupy.ndarray, y: cupy.ndarray, upper: bool, path: str | None = None):
+def cholesky_solve(
+    x: cupy.ndarray,
+    y: cupy.ndarray,
+    upper: bool,
+    path: str | None = None,
+    *,
+    xp: Namespace | None = None,
+) -> cupy.ndarray:
     """Solve with a Cholesky factor; arguments validated and cast to one float/complex dtype.
 
     `x` is (*bx, M, K), `y` is (*by, M, M); returns the C-contiguous (*batch, M, K) result.
-    `path` (tests and benchmarks only) forces ``"lanes"``, ``"small"`` or ``"blas"``.
+    `path` (tests and benchmarks only) forces ``"lanes"``, ``"small"`` or ``"blas"``. `xp` is
+    not used: the dispatch passes it to every engine.
     """
     M, K = x.shape[-2], x.shape[-1]
     bx, by = x.shape[:-2], y.shape[:-2]

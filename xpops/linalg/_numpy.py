@@ -23,24 +23,22 @@ that every distinct factor is read once and never copied):
 ``_path`` chooses: BLAS while ``M*M*K`` (K after folding) is above ``_SMALL_WORK`` = 2048, and
 for few factors (n at most 2M: BLAS costs about 3.5-5 us a factor, the vectorized paths
 6-10 us a step of 2M steps whatever n; one (16, 16) system: 0.02 against 0.12 ms); batch last
-for 1 < K <= M, or with K = 1 from ``_BATCH_LAST_MIN`` = 4096 factors; rows otherwise. On the
+for 1 < K <= M, or with K = 1 from ``_BATCH_LAST_MIN`` = 4096 factors; rows otherwise. On a
 2-core AMD EPYC (Zen 4) VM, float64, best of 7 (ms, rows / batch last; the VM's speed varied
 up to 2x within the hour, ratios held better): 2000 factors: K=1 M=8 0.40 / 0.35, M=16 1.9 /
 1.8, M=24 4.0 / 4.1, M=32 10.3 / 6.6; K=4 M=8 1.9 / 0.73, M=16 6.8 / 3.0; K=8 M=16 7.8 / 4.7;
 K=2 M=32 27 / 8.2. 10000 factors, K=1: M=4 0.73 / 0.59, M=16 14 / 9.1, M=32 62 / 38; 512
 factors, K=1: M=8 0.15 / 0.18, M=24 1.5 / 1.9 (rows ahead for K = 1 and a few thousand
-factors); M=4 K=64 (K > M): 2.4 / 5.1. Earlier: 2000 factors, rows / BLAS: K=1 M=16 1.1 /
-7.1, M=24 5.5 / 8.4, M=32 10.0 / 10.1, M=48 22 / 19; K=16 M=16 11 / 9.0.
+factors); M=4 K=64 (K > M): 2.4 / 5.1. Rows against BLAS, 2000 factors: K=1 M=16 1.1 / 7.1,
+M=24 5.5 / 8.4, M=32 10.0 / 10.1, M=48 22 / 19; K=16 M=16 11 / 9.0.
 
-Against the peers, ``python -m xpops bench --ops cholesky_solve`` on that VM, three runs
-within minutes: (10000, 16, 16) K=1 5.5-5.7 ms against ``torch.cholesky_solve``'s 4.5-7.1
-(0.8-1.3x torch's speed; the rows path took 7.2-9.2 ms in runs beside them, 0.5-0.8x).
-PyTorch's C loop over LAPACK calls stays ahead on many tiny systems: the transposing gather
-alone costs about 2 ms for these 20 MB, and each of the 2M steps is a NumPy call. Two
-threads over halves of the batch gained only 25% on the rows path and 15% on the batch-last
-one (5.4 to 4.6 ms; the calls hold the GIL between their loops), so neither is done; a later
-run had two threads slower on batch last (5.1-5.5 against 5.0 ms; 20 against 12.5 ms with
-chunks of 128 KiB). Reaching twice PyTorch's speed here needs compiled code.
+Against the peers (``python -m xpops bench --ops cholesky_solve``, same VM): (10000, 16, 16)
+K=1 runs at 0.8-1.3x the speed of ``torch.cholesky_solve`` (5.5-5.7 ms against 4.5-7.1; the
+rows path 0.5-0.8x). PyTorch's C loop over LAPACK calls stays ahead on many tiny systems: the
+transposing gather alone costs about 2 ms for these 20 MB, and each of the 2M steps is a
+NumPy call. Two threads over halves of the batch gained 25% (rows) and 15% (batch last) at
+best and were slower in other runs (the calls hold the GIL between their loops), so the batch
+is not split across threads. Reaching twice PyTorch's speed here needs compiled code.
 """
 
 import functools
@@ -49,6 +47,8 @@ from collections.abc import Callable
 
 import numpy as np
 from scipy.linalg import blas
+
+from .._lib._typing import Namespace
 
 __all__ = ["cholesky_solve", "solve_triangular"]
 
@@ -96,11 +96,15 @@ def _fold(b: np.ndarray, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, Callabl
 
 # ---- large M: BLAS trsm per factor, on the arrays' own memory ------------------------------
 
+# ?trsm by dtype (looked up by name: SciPy generates the BLAS wrappers, stubs do not list them)
 _TRSM = {
-    np.dtype(np.float32): blas.strsm,
-    np.dtype(np.float64): blas.dtrsm,
-    np.dtype(np.complex64): blas.ctrsm,
-    np.dtype(np.complex128): blas.ztrsm,
+    np.dtype(dtype): getattr(blas, f"{prefix}trsm")
+    for prefix, dtype in (
+        ("s", np.float32),
+        ("d", np.float64),
+        ("c", np.complex64),
+        ("z", np.complex128),
+    )
 }
 
 
@@ -288,13 +292,21 @@ def _solve(b: np.ndarray, a: np.ndarray, steps: list[tuple[bool, bool]]) -> np.n
     return restore(work)
 
 
-def cholesky_solve(x: np.ndarray, y: np.ndarray, upper: bool) -> np.ndarray:
-    """Solve ``A X = x`` with ``A = y y^H`` (``y^H y`` if `upper`); C-contiguous result."""
+def cholesky_solve(
+    x: np.ndarray, y: np.ndarray, upper: bool, *, xp: Namespace | None = None
+) -> np.ndarray:
+    """Solve ``A X = x`` with ``A = y y^H`` (``y^H y`` if `upper`); C-contiguous result.
+
+    `xp` is not used: the dispatch passes it to every engine."""
     # U^H then U, or L then L^H: (lower, conjugate transpose) of each triangular solve
     steps = [(False, True), (False, False)] if upper else [(True, False), (True, True)]
     return _solve(x, y, steps)
 
 
-def solve_triangular(b: np.ndarray, a: np.ndarray, lower: bool, conj_trans: bool) -> np.ndarray:
-    """Solve ``op(a) X = b`` (``op(a) = a^H`` if `conj_trans`); C-contiguous result."""
+def solve_triangular(
+    b: np.ndarray, a: np.ndarray, lower: bool, conj_trans: bool, *, xp: Namespace | None = None
+) -> np.ndarray:
+    """Solve ``op(a) X = b`` (``op(a) = a^H`` if `conj_trans`); C-contiguous result.
+
+    `xp` is not used: the dispatch passes it to every engine."""
     return _solve(b, a, [(lower, conj_trans)])

@@ -1,0 +1,74 @@
+"""The CuPy engine of cholesky_solve (skipped without a GPU): every kernel's size limits,
+broadcasting, special values, large batches and large systems."""
+
+import numpy as np
+import pytest
+
+import xpops
+
+from ._common import PATTERNS, assert_solution, make_factor, reference
+
+# ---- GPU only -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128])
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+@pytest.mark.parametrize("upper", [False, True])
+def test_gpu_sizes_around_block_boundaries(cupy_only, m, dtype_name, upper):
+    cupy = cupy_only
+    rng = np.random.default_rng(m)
+    for batch, k in [((), 1), ((5,), 3), ((37,), 1)]:
+        factor, a, _ = make_factor(rng, batch, m, dtype_name, upper)
+        b = rng.standard_normal((*batch, m, k)).astype(dtype_name)
+        junk = cupy.full(4 * factor.size + 1024, np.nan, dtype=np.float32)
+        del junk  # leave NaN in the memory pool: unwritten outputs show up
+        got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor), upper=upper)
+        assert got.flags.c_contiguous
+        assert got.dtype == np.dtype(dtype_name)
+        assert_solution(got, reference(a, b), dtype_name)
+
+
+def test_gpu_broadcasting_and_special_values(cupy_only):
+    cupy = cupy_only
+    rng = np.random.default_rng(14)
+    for bx, by in PATTERNS:
+        factor, a, _ = make_factor(rng, by, 6)
+        b = rng.standard_normal((*bx, 6, 2))
+        got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor))
+        assert got.flags.c_contiguous
+        assert_solution(got, reference(a, b), "float64")
+    factor, a, _ = make_factor(rng, (3,), 40)
+    factor[1, 7, 7] = 0.0
+    b = rng.standard_normal((3, 40, 2))
+    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor)).get()
+    assert not np.isfinite(got[1]).all()
+    assert_solution(got[[0, 2]], reference(a[[0, 2]], b[[0, 2]]), "float64")
+
+
+def test_gpu_a_million_small_systems(cupy_only):
+    cupy = cupy_only
+    rng = np.random.default_rng(15)
+    n, m = 10**6, 4
+    factor, a, _ = make_factor(rng, (n,), m)
+    b = rng.standard_normal((n, m, 1))
+    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor)).get()
+    pick = rng.choice(n, 2000, replace=False)
+    pick = np.concatenate([pick, [0, n - 1]])
+    assert_solution(got[pick], reference(a[pick], b[pick]), "float64")
+    assert np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize("m", [512, 1000, 1537])
+def test_gpu_one_large_system(cupy_only, dtype_name, upper, m):
+    cupy = cupy_only
+    rng = np.random.default_rng(16)
+    k = 64
+    factor, a, _ = make_factor(rng, (1,), m, dtype_name, upper)  # NaN in the unused triangle
+    b = rng.standard_normal((1, m, k)).astype(dtype_name)
+    got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor), upper=upper).get()
+    x = got[0].astype(np.complex128)
+    resid = np.linalg.norm(a[0] @ x - b[0], 2)
+    eps = np.finfo(np.dtype(dtype_name)).eps
+    assert resid <= 4 * m * eps * np.linalg.norm(a[0], 2) * np.linalg.norm(x, 2)
