@@ -4,7 +4,7 @@ Each lane (a 1-D slice along the scan axis) carries a pair ``(m, c)`` worth ``m 
 is a plain sum, so the carry is not rounded through ``log``/``exp`` from block to block (it is
 renormalized, ``m += log(c)``, only when ``c`` leaves [2**-300, 2**300]). The scan axis is cut
 into blocks of ``_BLOCK`` = 2**17 elements over all lanes of a tile (1 MiB of float64: the L2
-cache of a core; 2**16 was 10-20% slower, 2**18 not clearly faster). Per block:
+cache of a core; 2**16 is 10-20% slower, 2**18 not clearly faster). Per block:
 ``w = exp(x - m)`` into a work buffer (no subtraction while every ``m`` is 0, the usual case
 for moderate data), prefix sums of ``w`` plus the carry, ``out = log(w) + m``: one ``exp`` per
 element, one ``log`` per output. NumPy's ``cumsum`` is a scalar loop (3.4 ns/element along a
@@ -16,7 +16,7 @@ contiguous axis, 10 along a strided one), so the prefix sums are built from vect
   chunk totals (``einsum``) are scanned with the carry and added to the first element of each
   chunk, then the chunks are summed column by column, 31 strided adds over all chunks (1.0-1.3
   ns/element; widths 16-63 measured, 32 leaves 2**k-long lanes unpadded). A matmul by a
-  triangular matrix was slower on one thread (1.35 ns/element).
+  triangular matrix is slower on one thread (1.35 ns/element).
 
 The fast path is exact to a few ulps when, per lane, the first prefix of the block is at least
 ``_LO`` = 2**-900 (prefixes only grow, so none underflowed, and the terms lost to underflow are
@@ -24,12 +24,12 @@ below 2**-1074 each) and the last one is finite (nothing overflowed). A lane tha
 +inf, an element more than ~700 above the lane's reference, a first element above -inf that
 underflows after a run of -inf) redoes the block exactly:
 ``numpy.logaddexp.accumulate`` for real dtypes, a Hillis-Steele scan with a complex logaddexp
-for complex ones, and its carry restarts from its last output. A lane that only starts with
--inf needs no redo. float32 and complex64 are computed in float64/complex128 (blockwise casts
-inside the ufuncs) and rounded once.
+for complex ones (special values as in `_complex`), and its carry restarts from its last
+output. A lane that only starts with -inf needs no redo. float32 and complex64 are computed in
+float64/complex128 (blockwise casts inside the ufuncs) and rounded once.
 
-Measured on the 2-core AMD EPYC (Zen 4) VM this was tuned on, float64, on one thread, medians
-of interleaved runs (ms; the spread is between runs): 2**22 elements 17.9-19.7, against 73-77
+Measured on a 2-core AMD EPYC (Zen 4) VM, float64, on one thread, medians of interleaved runs
+(ms; the spread is between runs): 2**22 elements 17.9-19.7, against 73-77
 for ``numpy.logaddexp.accumulate`` and 73-78 for ``torch.logcumsumexp`` (2 threads); (2048,
 2048) along axis 0: 13.4-15.7 (117-122; 57-60); along axis 1: 18.6-20.7 (106-108; 55-57). Of
 each, 4-6 ms is the first touch of the new output's pages and about 8 is ``exp`` and ``log``.
@@ -41,7 +41,7 @@ exact total of that first part (a max pass and one ``exp`` pass over it, which t
 does first). Same machine and runs: 2**22 elements 13.9-17.2 (first shares of 0.55 to 0.75
 measured alike), axis 0 12.2-15.0 (each thread's row adds cover half the lanes: twice the
 NumPy calls, which hold the GIL), axis 1 11.9-17.4. Computing ``exp`` ahead on a helper
-thread instead gained nothing (the work buffer then moves between cores). Accuracy against
+thread instead gains nothing (the work buffer then moves between cores). Accuracy against
 a long double reference, N(0, 10**2) input of length 2**20: float64 within 1.2e-14 (1.3e-14
 reversed), on one thread or two; float32 within 1.9e-6 (the float32 rounding of outputs near
 50).
@@ -52,6 +52,7 @@ import math
 import numpy as np
 
 from .._lib._threads import helper_thread
+from ._complex import element_specials, sum_specials, wrap
 
 __all__ = ["logcumsumexp"]
 
@@ -93,7 +94,7 @@ class _State:
     def start(self, x0: np.ndarray) -> None:
         """Lanes with nothing yet take reference 0, or their first element if it is large."""
         empty = (self.c == 0) & ~self.special
-        x0 = x0.real
+        x0 = np.real(x0)
         ref = np.where(np.isfinite(x0) & (np.abs(x0) > _REF_SPAN), x0, 0.0)
         self.m = np.where(empty, ref, self.m)
         self.shift = bool(self.m.any())
@@ -126,10 +127,10 @@ class _State:
 
     def restart(self, sel: tuple[np.ndarray, ...], value: np.ndarray) -> None:
         """Make ``value`` (exact last outputs of the lanes `sel`) their carry."""
-        re = value.real
+        re = np.real(value)
         finite = np.isfinite(re)
         self.m[sel] = np.where(finite, re, 0.0)
-        phase = np.exp(1j * np.where(finite, value.imag, 0.0)) if np.iscomplexobj(value) else 1
+        phase = np.exp(1j * np.where(finite, np.imag(value), 0.0)) if np.iscomplexobj(value) else 1
         self.c[sel] = np.where(finite, phase, np.where(re == -np.inf, 0, value))
         self.special[sel] = ~finite & (re != -np.inf)
         self.fresh = self.fresh or bool((re == -np.inf).any())
@@ -148,43 +149,22 @@ def _exp_shifted(src: np.ndarray, m: np.ndarray | None, out: np.ndarray, wide: t
         np.exp(out, out=out)
 
 
-def _wrap(y: np.ndarray) -> np.ndarray:
-    """Angles into (-pi, pi]."""
-    inside = (y > -np.pi) & (y <= np.pi)
-    return np.where(inside, y, np.pi - np.remainder(np.pi - y, 2 * np.pi))
-
-
 def _normalize_complex(z: np.ndarray) -> np.ndarray:
-    """``log(exp(z))`` of single elements, with the special values of complex inputs.
-
-    Complex special values follow the real part, as for real inputs: real part -inf is the
-    identity (and gives -inf+0j while nothing else was seen), whatever the imaginary part; a
-    NaN real part, or a non-finite imaginary part with a real part other than -inf, gives
-    NaN+NaNj from there on; a real part +inf gives real part +inf from there on, with that
-    element's principal imaginary part (NaN once two such elements disagree on it, since the
-    phase of a sum of two infinities is undefined).
-    """
-    re, im = z.real, z.imag
-    out = re + 1j * _wrap(np.where(np.isfinite(im), im, 0.0))
-    nan = np.isnan(re) | (~np.isfinite(im) & (re != -np.inf))
-    out = np.where(nan, complex(np.nan, np.nan), out)
-    return np.where(re == -np.inf, complex(-np.inf, 0.0), out)
+    """``log(exp(z))`` of single elements, with the special values of complex inputs
+    (`_complex`)."""
+    re, im = np.real(z), np.imag(z)
+    out = re + 1j * wrap(np.where(np.isfinite(im), im, 0.0), np)
+    return element_specials(re, im, out, np)
 
 
 def _complex_logaddexp(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Associative ``log(exp(a) + exp(b))`` of normalized values (see `_normalize_complex`)."""
-    ar, br = a.real, b.real
+    ar, br = np.real(a), np.real(b)
     both_finite = np.isfinite(ar) & np.isfinite(br)
     m = np.where(both_finite, np.maximum(ar, br), 0.0)
     s = np.exp(np.where(both_finite, a, 0) - m) + np.exp(np.where(both_finite, b, 0) - m)
     out = np.where(s == 0, complex(-np.inf, 0.0), np.log(s) + m)
-    a_inf, b_inf = ar == np.inf, br == np.inf
-    clash = a_inf & b_inf & (a.imag != b.imag)
-    out = np.where(
-        a_inf | b_inf, np.where(clash, complex(np.inf, np.nan), np.where(a_inf, a, b)), out
-    )
-    out = np.where(ar == -np.inf, b, np.where(br == -np.inf, a, out))
-    return np.where(np.isnan(ar) | np.isnan(br), complex(np.nan, np.nan), out)
+    return sum_specials(a, b, out, np)
 
 
 def _exact(carry: np.ndarray, seg: np.ndarray, wide: type) -> np.ndarray:
@@ -419,7 +399,7 @@ def _scan(S: np.ndarray, D: np.ndarray, wide: type) -> None:
     if A * P >= _ROW_LANES and P >= _ROW_RUN:
         tp = min(P, _TILE_LANES)
         ta = max(1, min(A, _TILE_LANES // tp))
-        tiles = [
+        tiles: list[tuple[slice, ...]] = [
             (slice(a, a + ta), slice(None), slice(p, p + tp))
             for a in range(0, A, ta)
             for p in range(0, P, tp)

@@ -1,16 +1,32 @@
-"""logcumsumexp: contract, validation and dispatch."""
+"""logcumsumexp: the contract (docstring, validation) and the choice of engine.
+
+The engines: `_numpy` (NumPy), `_cupy` (CUDA kernels), `_dask` (chunk-wise, from the
+in-memory engines) and `_agnostic` (any other array-API namespace, by the log-depth scan of
+`_logdepth`); the special values of complex inputs are written once in `_complex`.
+"""
 
 import operator
-import sys
 from typing import Any
 
-from . import _backend
-from ._lib._compat import is_array_api_obj
-from ._lib._dtypes import default_float, is_dtype, is_low_precision
-from ._lib._typing import Array, DType, Namespace
-from ._lib._validation import as_bool
+from .. import _backend
+from .._lib._compat import is_array_api_obj
+from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch
+from .._lib._dtypes import default_float, is_dtype, is_low_precision
+from .._lib._typing import Array, ArrayT, DType, Namespace
+from .._lib._validation import as_bool
+from . import _agnostic, _numpy
 
 __all__ = ["logcumsumexp"]
+
+# Each engine takes (x, axis, exclusive, reverse): `x` of the compute dtype, ndim >= 1, and
+# `axis` normalized to 0 <= axis < x.ndim.
+_ENGINES = Engines(
+    __package__,
+    numpy=_numpy.logcumsumexp,
+    cupy="._cupy:logcumsumexp",
+    dask="._dask:logcumsumexp",
+    generic=_agnostic.logcumsumexp,
+)
 
 
 def _resolve_dtypes(xp: Namespace, x: Array, dtype: DType) -> tuple[DType, DType]:
@@ -47,18 +63,15 @@ def _normalize_axis(axis: Any, ndim: int) -> int:
 
 def _cupy_fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any) -> Any:
     """The CuPy engine's result for the common call (a float32 or float64 CuPy array of at
-    least one dimension, no `dtype`, bool flags, an int axis in range or None), or None: the
-    general path's checks cost 40 us of host time on the H100 hosts, which the GPU spends idle
-    before the scan starts."""
-    cupy = sys.modules.get("cupy")
+    least one dimension and no zero-length one, no `dtype`, bool flags, an int axis in range or
+    None), or None: the general path's checks cost 40 us of host time on the H100 hosts, which
+    the GPU spends idle before the scan starts. Such a call passes every check of the general
+    path, and the CuPy engine gets the same arguments from either."""
     if (
-        cupy is None
-        or type(x) is not cupy.ndarray
-        or dtype is not None
+        dtype is not None
         or type(exclusive) is not bool
         or type(reverse) is not bool
-        or x.dtype.char not in "fd"
-        or x.ndim == 0
+        or not cupy_fast_arrays(x, chars="fd")
     ):
         return None
     if axis is None:
@@ -69,20 +82,18 @@ def _cupy_fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any)
         axis %= x.ndim
     else:
         return None
-    from ._cupy import cumulative as cuda_engine
-
-    return cuda_engine.logcumsumexp(x, axis, exclusive, reverse)
+    return _ENGINES["cupy"](x, axis, exclusive, reverse)
 
 
 def logcumsumexp(
-    x: Array,
+    x: ArrayT,
     /,
     axis: int | None = None,
     *,
     exclusive: bool = False,
     reverse: bool = False,
     dtype: DType = None,
-) -> Array:
+) -> ArrayT:
     r"""Cumulative ``log(sum(exp(x)))`` along an axis, computed without overflow.
 
     ``out[..., i] = log(sum(exp(x[..., :i+1])))`` along `axis`, evaluated so that no
@@ -172,39 +183,23 @@ def logcumsumexp(
     if not is_array_api_obj(x):
         msg = f"`x` must be an array, got {type(x).__name__}"
         raise TypeError(msg)
+    a: Array = x
     exclusive = as_bool(exclusive, "exclusive")
     reverse = as_bool(reverse, "reverse")
-    compute_dtype, out_dtype = _resolve_dtypes(xp, x, dtype)
-    ndim = x.ndim
+    compute_dtype, out_dtype = _resolve_dtypes(xp, a, dtype)
+    ndim = a.ndim
     if axis is None:
-        x = xp.reshape(x, (-1,))
+        a = xp.reshape(a, (-1,))
         scan_axis = 0
         out_shape: tuple[int, ...] | None = None
     else:
         scan_axis = _normalize_axis(axis, ndim)
-        out_shape = tuple(x.shape) if ndim == 0 else None
+        out_shape = tuple(a.shape) if ndim == 0 else None
         if ndim == 0:
-            x = xp.reshape(x, (1,))
-    if x.dtype != compute_dtype:
-        x = xp.astype(x, compute_dtype)
-
-    if _backend.is_numpy_namespace(xp):
-        from ._numpy import cumulative as engine
-
-        out = engine.logcumsumexp(x, scan_axis, exclusive, reverse)
-    elif _backend.is_cupy_namespace(xp):
-        from ._cupy import cumulative as cuda_engine
-
-        out = cuda_engine.logcumsumexp(x, scan_axis, exclusive, reverse)
-    elif _backend.is_dask_namespace(xp):
-        from ._dask import cumulative as dask_engine
-
-        out = dask_engine.logcumsumexp(x, scan_axis, exclusive, reverse)
-    else:
-        from ._agnostic import cumulative as generic_engine
-
-        out = generic_engine.logcumsumexp(x, scan_axis, exclusive, reverse, xp=xp)
-
+            a = xp.reshape(a, (1,))
+    if a.dtype != compute_dtype:
+        a = xp.astype(a, compute_dtype)
+    out = dispatch(xp, _ENGINES, a, scan_axis, exclusive, reverse)
     if out.dtype != out_dtype:
         out = xp.astype(out, out_dtype)
     if out_shape is not None:

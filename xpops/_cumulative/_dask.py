@@ -5,36 +5,36 @@ array of one element a row. A block's carry is the log-sum-exp of the totals of 
 before it (after it, when reversed), and the block is scanned from its carry. NaN and ±inf keep
 their meaning: the first block's carry is ``-inf``, the identity, and it is scanned as in
 memory. Only the totals cross blocks; the last block's total is never needed, nor computed.
+Blocks are scanned by the in-memory engines of their library (NumPy, CuPy, or the generic one).
 
 Up to 16 blocks along the axis (`_DIRECT_BLOCKS`, and 4096 dependencies in all), every
 block's scan task reads the totals itself: one dependency level between the two kinds of
-task, where on a cluster each level costs a scheduler round trip (in two H100s' runs the
-one-worker scan of 2^33 float32 elements went from 0.070 s to 0.050, two workers from
-0.048-0.057 s to 0.033, with a task that scanned the totals into carries between them). Every
-scan waits for all the totals, so that Dask orders each worker's totals before its scans:
-ordered block by block, a worker scanned a block while the next worker waited for that
-block's total. With more blocks, one task a row of blocks scans the totals into carries (each
-block's scan reading all totals would be a number of dependencies quadratic in the blocks),
-and each block's scan reads the carries' one chunk along the axis (no task splits them: 8
-blocks took 44 ms on a local cluster against 103 with a rechunk).
+task, where on a cluster each level costs a scheduler round trip (a level of tasks that scan
+the totals into carries makes the scan of 2^33 float32 elements on one or two H100 workers
+1.4 to 1.7 times as long). Every scan waits for all the totals, so that Dask orders each
+worker's totals before its scans: ordered block by block, a worker would scan a block while the
+next worker waited for that block's total. With more blocks, one task a row of blocks scans the
+totals into carries (each block's scan reading all totals would be a number of dependencies
+quadratic in the blocks), and each block's scan reads the carries' one chunk along the axis:
+no task splits them (a rechunk into one chunk a block makes 8 blocks on a local cluster take
+twice as long).
 
 NumPy blocks, and complex blocks of either library: the total is a max-shifted reduction with
 one ``exp`` an element (complex: the in-memory scan's last element), and the carry is placed
 in front of the block (behind it when reversed) so that it enters the scan as one more
 element: a copy of the block, but no second ``exp`` and ``log`` an element (scanning first and
-adding the carry with ``logaddexp`` afterwards took 1.3 times as long on the CPU).
+adding the carry with ``logaddexp`` afterwards takes 1.3 times as long on the CPU).
 
-CuPy blocks (float32, float64): where the in-memory op scans with its tiles kernels (long rows
-along the last axis, as a 1-D scan), the carry enters each row's first tile in the kernel, and
-the totals come from a reduction kernel that reads each element once and writes one value a
-part of a row (2^31 float32 elements: 3.06 ms, 2.8 TB/s on an H100; the scan takes 6.4): a
-block is read once for its total and read and written once for its scan, at most 1.5 times
-the in-memory scan's traffic (earlier: a scan for the total and a copy with the carry in
-front, three times).
-Other layouts scan for the total (its last element) and add the carry to the scan with
-``logaddexp`` afterwards. CuPy's own reductions (``max``, then a fused ``sum(exp(x - max))``)
-are not used: reducing a block of 2^30 float32 elements to one they took 0.85 s on an H100,
-where the scan takes a few milliseconds.
+CuPy blocks (float32, float64): where the in-memory engine scans with its tiles kernels (long
+rows along the last axis, as a 1-D scan), the carry enters each row's first tile in the kernel,
+and the totals come from a reduction kernel that reads each element once and writes one value a
+part of a row (2.8 TB/s on an H100, about half the scan's time): a block is read once for its
+total and read and written once for its scan, at most 1.5 times the in-memory scan's traffic (a
+scan for the total and a copy with the carry in front would be three times). Other layouts scan
+for the total (its last element) and add the carry to the scan with ``logaddexp`` afterwards.
+CuPy's own reductions (``max``, then a fused ``sum(exp(x - max))``) are not used: they take
+0.85 s on an H100 to reduce a block of 2^30 float32 elements to one, where the scan takes a few
+milliseconds.
 """
 
 import itertools
@@ -44,20 +44,26 @@ from typing import Any
 import numpy as np
 
 from .._lib import _compat
+from .._lib._dask import task_name
+from . import _agnostic, _numpy
 
 __all__ = ["logcumsumexp"]
 
 
 def _scan(block: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
-    from .._cumulative import logcumsumexp
+    """The in-memory scan of one block (of the compute dtype: the contract cast `x`) by the
+    engine of its library."""
+    if _compat.is_numpy_array(block):
+        return _numpy.logcumsumexp(block, axis, exclusive, reverse)
+    if _compat.is_cupy_array(block):
+        from ._cupy import logcumsumexp
 
-    return logcumsumexp(block, axis=axis, exclusive=exclusive, reverse=reverse)
+        return logcumsumexp(block, axis, exclusive, reverse)
+    return _agnostic.logcumsumexp(block, axis, exclusive, reverse)
 
 
 def _empty_total(block: Any, axis: int) -> Any:
-    from array_api_compat import array_namespace
-
-    xp = array_namespace(block)
+    xp = _compat.array_namespace(block)
     shape = list(block.shape)
     shape[axis] = 1
     return xp.full(tuple(shape), -xp.inf, dtype=block.dtype)
@@ -71,9 +77,9 @@ def _total(block: Any, axis: int, reverse: bool) -> Any:
         return _to_host(_empty_total(block, axis))
     xp = _compat.array_namespace(block)
     if _real_cupy(block):
-        from .._cupy import cumulative as engine
+        from ._cupy import total
 
-        return _to_host(engine.total(_contiguous(block), axis, reverse))
+        return _to_host(total(_contiguous(block), axis, reverse))
     if _compat.is_cupy_array(block) or xp.isdtype(block.dtype, "complex floating"):
         # the in-memory scan's last element: the op's own complex rules, and for the CuPy
         # blocks left (complex, or empty across the axis) no CuPy reduction (module docstring)
@@ -109,14 +115,12 @@ def _to_host(a: Any) -> Any:
 def _scan_from(block: Any, carry: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
     """The block's scan started from `carry` (a NumPy array, the block's shape with `axis` of
     length 1): one more element before it in scan order."""
-    from array_api_compat import array_namespace
-
-    xp = array_namespace(block)
+    xp = _compat.array_namespace(block)
     carry = xp.asarray(carry)  # host carry onto the block's device
     if _real_cupy(block):
-        from .._cupy import cumulative as engine
+        from ._cupy import logcumsumexp_from
 
-        return engine.logcumsumexp_from(_contiguous(block), carry, axis, exclusive, reverse)
+        return logcumsumexp_from(_contiguous(block), carry, axis, exclusive, reverse)
     joined = xp.concat([block, carry] if reverse else [carry, block], axis=axis)
     out = _scan(joined, axis, exclusive, reverse)
     keep = [slice(None)] * block.ndim
@@ -153,20 +157,18 @@ _DIRECT_DEPENDENCIES = 4096
 
 def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
     """Scan `axis` of the Dask array `x` (validated and cast by the contract)."""
-    import dask.array as da
-    from dask.base import tokenize
+    from dask.array.core import Array  # the graph-backed array (da.Array)
     from dask.highlevelgraph import HighLevelGraph
 
     nb = x.numblocks[axis]
     if nb == 1:
         return x.map_blocks(_scan, axis=axis, exclusive=exclusive, reverse=reverse, dtype=x.dtype)
-    token = tokenize(x, axis, exclusive, reverse)
-    name = "xpops-logcumsumexp-" + token
+    name = task_name("logcumsumexp", x, axis, exclusive, reverse)
     # the blocks in scan order along the axis; the last one's total is never needed
     order = list(range(nb))[::-1] if reverse else list(range(nb))
     if nb <= _DIRECT_BLOCKS and math.prod(x.numblocks) * (nb - 1) <= _DIRECT_DEPENDENCIES:
         # every block's scan waits for all the totals, and uses those before it
-        tname = "xpops-logcumsumexp-total-" + token
+        tname = task_name("logcumsumexp-total", x, axis, exclusive, reverse)
         totals: dict[Any, Any] = {}
         layer: dict[Any, Any] = {}
         for key in itertools.product(*(range(n) for n in x.numblocks)):
@@ -181,7 +183,7 @@ def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
             {tname: totals, name: layer, **x.dask.layers},
             {tname: {x.name}, name: {x.name, tname}, **x.dask.dependencies},
         )
-        return da.Array(graph, name, x.chunks, meta=x._meta)
+        return Array(graph, name, x.chunks, meta=x)
     totals_chunks = tuple(c if i != axis else (1,) * nb for i, c in enumerate(x.chunks))
     totals_array = x.map_blocks(
         _total,
@@ -209,4 +211,4 @@ def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
             reverse,
         )
     graph = HighLevelGraph.from_collections(name, layer, dependencies=[x, carries])
-    return da.Array(graph, name, x.chunks, meta=x._meta)
+    return Array(graph, name, x.chunks, meta=x)

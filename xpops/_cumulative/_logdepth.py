@@ -1,16 +1,20 @@
-"""Generic engine of logcumsumexp: a log-depth scan in array-API operations."""
+"""The log-depth scan of logcumsumexp in array-API operations, on any namespace.
+
+A Hillis-Steele scan with a stable, associative logaddexp: log2(n) rounds of whole-array
+operations. It is the generic engine (array-api-strict, PyTorch, JAX, ...) and the CuPy
+engine's path for complex input, which has no kernel.
+
+Special values, as on every engine: real -inf is the identity, +inf wins from there on, NaN
+wins over everything; complex inputs follow the rules of `_complex`. Every operand is sanitized
+before exp/log so that no floating-point warning is raised (array-api-strict forwards NumPy's).
+"""
 
 import math
 
 from .._lib._typing import Array, Namespace
+from ._complex import element_specials, sum_specials, wrap
 
-# Special values, as on every engine: real -inf is the identity, +inf wins from there on, NaN
-# wins over everything. Complex inputs follow their real part: real part -inf is the identity
-# (-inf+0j while nothing else was seen); a NaN real part, or a non-finite imaginary part with a
-# real part other than -inf, gives NaN+NaNj from there on; real part +inf gives real part +inf
-# from there on, with that element's principal imaginary part (NaN once two such elements
-# disagree on it). Every operand is sanitized before exp/log so that no floating-point warning
-# is raised (array-api-strict forwards NumPy's).
+__all__ = ["log_depth_scan"]
 
 
 def _add_real(a: Array, b: Array, xp: Namespace) -> Array:
@@ -22,21 +26,12 @@ def _add_real(a: Array, b: Array, xp: Namespace) -> Array:
     return xp.where(finite, m + xp.log1p(half * half), m)
 
 
-def _wrap(y: Array, xp: Namespace) -> Array:
-    """Finite angles into (-pi, pi]."""
-    inside = (y > -math.pi) & (y <= math.pi)
-    return xp.where(inside, y, math.pi - xp.remainder(math.pi - y, 2 * math.pi))
-
-
 def _normalize_complex(z: Array, xp: Namespace) -> Array:
-    """``log(exp(z))`` of single elements, special values as described above."""
+    """``log(exp(z))`` of single elements, special values as in `_complex`."""
     re, im = xp.real(z), xp.imag(z)
-    finite_im = xp.isfinite(im)
-    safe_im = xp.where(finite_im, im, 0.0)
-    out = z - xp.astype(safe_im - _wrap(safe_im, xp), z.dtype) * 1j
-    nan = xp.isnan(re) | (~finite_im & (re != -math.inf))
-    out = xp.where(nan, complex(math.nan, math.nan), out)
-    return xp.where(re == -math.inf, complex(-math.inf, 0.0), out)
+    safe_im = xp.where(xp.isfinite(im), im, 0.0)
+    out = z - xp.astype(safe_im - wrap(safe_im, xp), z.dtype) * 1j
+    return element_specials(re, im, out, xp)
 
 
 def _add_complex(a: Array, b: Array, xp: Namespace) -> Array:
@@ -52,16 +47,12 @@ def _add_complex(a: Array, b: Array, xp: Namespace) -> Array:
     mc = xp.astype(m, a.dtype)
     zero = s == 0
     out = xp.where(zero, complex(-math.inf, 0.0), xp.log(xp.where(zero, 1.0, s)) + mc)
-    a_inf, b_inf = ar == math.inf, br == math.inf
-    clash = a_inf & b_inf & (xp.imag(a) != xp.imag(b))
-    inf = xp.where(clash, complex(math.inf, math.nan), xp.where(a_inf, a, b))
-    out = xp.where(a_inf | b_inf, inf, out)
-    out = xp.where(ar == -math.inf, b, xp.where(br == -math.inf, a, out))
-    return xp.where(xp.isnan(ar) | xp.isnan(br), complex(math.nan, math.nan), out)
+    return sum_specials(a, b, out, xp)
 
 
-def logcumsumexp(x: Array, axis: int, exclusive: bool, reverse: bool, *, xp: Namespace) -> Array:
-    """Hillis-Steele scan of `x` along `axis` with a stable logaddexp (log2(n) rounds)."""
+def log_depth_scan(x: Array, axis: int, exclusive: bool, reverse: bool, xp: Namespace) -> Array:
+    """Hillis-Steele scan of `x` (real or complex floating, ndim >= 1) along `axis` in the
+    operations of namespace `xp`, with a stable logaddexp (log2(n) rounds)."""
     complex_ = xp.isdtype(x.dtype, "complex floating")
     add = _add_complex if complex_ else _add_real
     y = xp.moveaxis(x, axis, -1)

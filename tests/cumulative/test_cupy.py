@@ -1,0 +1,347 @@
+"""The CuPy engine of logcumsumexp (GPU only: skipped without a CUDA device): accuracy, every
+kernel at its block and tile boundaries on poisoned memory, special values, the Dask engine's
+CuPy helpers, the kernel choice and more than 2**31 elements."""
+
+import numpy as np
+import pytest
+
+import xpops
+
+from ._reference import long_double_reference
+
+# ---- GPU-only accuracy ----------------------------------------------------------------------
+
+
+def test_accuracy_float32_2_24_on_gpu(cupy_only):
+    """2**24 float32 N(0, 10**2) values within 2e-5 of a long double reference."""
+    cupy = cupy_only
+    x = np.random.default_rng(16).normal(0, 10, 2**24).astype(np.float32)
+    got = xpops.logcumsumexp(cupy.asarray(x)).get()
+    assert got.dtype == np.float32
+    want = long_double_reference(x.astype(np.float64))
+    assert float(np.max(np.abs(got.astype(np.longdouble) - want))) < 2e-5
+
+
+def test_accuracy_non_contiguous_on_gpu(cupy_only):
+    cupy = cupy_only
+    x = np.random.default_rng(17).normal(0, 10, (2**17, 8))
+    got = xpops.logcumsumexp(cupy.asarray(x)[:, 3], axis=0).get()
+    assert float(np.max(np.abs(got - long_double_reference(x[:, 3])))) < 1e-13
+    got = xpops.logcumsumexp(cupy.asarray(x).T, axis=1).get()
+    want = long_double_reference(x[:, 5])
+    assert float(np.max(np.abs(got[5] - want))) < 1e-13
+
+
+# ---- GPU-only: every kernel at its block and tile boundaries, poisoned memory, > 2**31 ---------
+
+
+def _reference_along(x, axis, exclusive, reverse):
+    """Reference by np.logaddexp.accumulate on a moved, possibly reversed view, in long double:
+    a sequential float64 scan drifts by about 1e-11 over 500,000 elements."""
+    y = np.moveaxis(np.asarray(x, dtype=np.longdouble), axis, -1)
+    if reverse:
+        y = y[..., ::-1]
+    with np.errstate(invalid="ignore"):
+        r = np.logaddexp.accumulate(y, axis=-1)
+    if exclusive:
+        r = np.concatenate([np.full((*r.shape[:-1], 1), -np.inf), r[..., :-1]], axis=-1)
+    if reverse:
+        r = r[..., ::-1]
+    return np.moveaxis(r, -1, axis).astype(np.float64)
+
+
+def _assert_scan_equal(got, want, atol):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(got[inf], want[inf])
+    finite = np.isfinite(want)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=atol)
+
+
+def _poison_pool(cupy, nbytes):
+    """Leave NaN-filled blocks in CuPy's memory pool so unwritten outputs show up as NaN."""
+    junk = cupy.full(nbytes // 4 + 1024, np.nan, dtype=np.float32)
+    del junk
+
+
+def _kernel_cases():
+    from xpops._cumulative._cupy import _columns, _rows, _tiles
+
+    for name in ("float32", "float64"):
+        chunk = _rows.ROW_CHUNK[name]
+        col = _columns.COLUMN_ITEMS[name]
+        for kind in ("tiles", "tiles_staged"):
+            tile = _tiles.TILES_BLOCK * _tiles.tile_items(kind, name)
+            # the last: rows long enough for the L2 prefetch
+            tile_shapes = [
+                (1,),
+                (tile - 1,),
+                (tile,),
+                (tile + 1,),
+                (3 * tile + 5,),
+                (3, 2 * tile + 1),
+                (2, (_tiles.TILES_PREFETCH_MIN_TILES + 3) * tile + 7),
+            ]
+            yield (kind, name, tile_shapes)
+        yield (
+            "rows",
+            name,
+            [
+                (_rows.ROWS_BLOCK - 1, chunk - 1),
+                (_rows.ROWS_BLOCK, chunk),
+                (_rows.ROWS_BLOCK + 1, chunk + 1),
+                (5, 2 * chunk + 3),
+                (300, 1),
+            ],
+        )
+        yield (
+            "columns",
+            name,
+            [
+                (col - 1, 3),
+                (col, _columns.BLOCK),
+                (col + 1, _columns.BLOCK + 1),
+                (2 * col + 3, 5, 7),
+                (3, 1, 2),
+            ],
+        )
+        run = _columns.COLUMN_BLOCK_ITEMS[name]
+        chunk_rows = _columns.COLUMN_BLOCK_THREADS // 32 * run
+        yield (
+            "column_blocks",
+            name,
+            [
+                (1, 3),
+                (run - 1, 33),
+                (chunk_rows, 32),
+                (chunk_rows + 1, 31, 3),
+                (2 * chunk_rows + run + 1, 65),
+                (3, 1, 2),
+            ],
+        )
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_kernels_at_boundaries(cupy_only, exclusive, reverse):
+    from xpops._cumulative import _cupy as cc
+
+    cupy = cupy_only
+    rng = np.random.default_rng(7)
+    for kernel, name, shapes in _kernel_cases():
+        atol = 1e-4 if name == "float32" else 1e-11  # results reach about 50
+        for shape in shapes:
+            axis = 0 if kernel.startswith("column") else len(shape) - 1
+            x = (rng.standard_normal(shape) * 10).astype(name)
+            _poison_pool(cupy, 2 * x.nbytes)
+            got = cc.logcumsumexp(cupy.asarray(x), axis, exclusive, reverse, kernel=kernel)
+            want = _reference_along(x, axis, exclusive, reverse)
+            _assert_scan_equal(got.get(), want, atol)
+
+
+@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged", "rows", "columns", "column_blocks"])
+def test_kernels_special_values(cupy_only, kernel):
+    """NaN, +-inf and jumps of 2000 anywhere in a run take the exact path; results stay exact."""
+    from xpops._cumulative import _cupy as cc
+
+    cupy = cupy_only
+    rng = np.random.default_rng(11)
+    shape = {"tiles": (20000,), "tiles_staged": (20000,), "rows": (200, 70)}.get(kernel, (300, 70))
+    axis = 0 if kernel.startswith("column") else len(shape) - 1
+    for name in ("float32", "float64"):
+        x = (rng.standard_normal(shape) * 10).astype(name)
+        flat = x.reshape(-1)
+        idx = rng.permutation(flat.size)
+        flat[idx[:40]] = -np.inf
+        flat[idx[40:45]] = np.inf
+        flat[idx[45:50]] = np.nan
+        flat[idx[50:90]] = 1000.0
+        flat[idx[90:130]] = -1000.0
+        for exclusive in (False, True):
+            for reverse in (False, True):
+                got = cc.logcumsumexp(cupy.asarray(x), axis, exclusive, reverse, kernel=kernel)
+                want = _reference_along(x, axis, exclusive, reverse)
+                atol = 1e-4 if name == "float32" else 1e-11
+                _assert_scan_equal(got.get(), want, atol)
+        allneg = np.full(shape, -np.inf, dtype=name)
+        got = cc.logcumsumexp(cupy.asarray(allneg), axis, False, False, kernel=kernel)
+        assert bool(cupy.all(got == -np.inf))
+
+
+@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged"])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_tiles_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
+    """The float64 tiles kernels' table exp and log over their whole range: exp of 0 down to
+    -750 (below -707 the library exp, subnormal and zero results), log of sums from about
+    e**-640 (exponents near -920) to thousands, against a long double reference."""
+    from xpops._cumulative import _cupy as cc
+    from xpops._cumulative._cupy import _tiles
+
+    cupy = cupy_only
+    rng = np.random.default_rng(12)
+    tile = _tiles.TILES_BLOCK * _tiles.tile_items(kernel, "float64")
+    x = rng.uniform(-740.0, 10.0, 6 * tile + 3)
+    starts = np.arange(0, x.size, tile)
+    x[starts] = 0.0  # each tile starts within 650 of its maximum: the fast path
+    # tile 0: a maximum 640 above its first element, so its first sums are near e**-640
+    x[:tile] = rng.uniform(-1.0, 0.0, tile)
+    x[0] = -640.0
+    # tile 3 far below the prefix: sums of e**-600 added to a prefix of about 1
+    x[3 * tile : 4 * tile] = rng.uniform(-620.0, -600.0, tile)
+    # tiles 4, 5: many equal terms, sums in the thousands
+    x[4 * tile : 6 * tile] = rng.uniform(-1e-3, 1e-3, 2 * tile)
+    if reverse:  # the same patterns met in scan order
+        x = x[::-1].copy()
+    _poison_pool(cupy, 2 * x.nbytes)
+    got = cc.logcumsumexp(cupy.asarray(x), 0, exclusive, reverse, kernel=kernel)
+    want = _reference_along(x, 0, exclusive, reverse)
+    _assert_scan_equal(got.get(), want, 1e-11)
+
+
+def _carry_cases():
+    """(shape, axis) per kernel family: tiles (float32) and tiles_staged (float64) take the
+    carry in the kernel, rows and columns add it afterwards."""
+    from xpops._cumulative import _cupy as cc
+    from xpops._cumulative._cupy import _tiles
+
+    tile = _tiles.TILES_BLOCK * _tiles.tile_items("tiles", "float32")
+    yield (1,), 0
+    yield (3 * tile + 5,), 0
+    yield (3, 2 * tile + 1), 1
+    yield (cc.ROWS_KERNEL_MIN_ROWS, 5), 1  # rows
+    yield (40, 3, 7), 0  # columns
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_scan_from_carry_and_totals(cupy_only, exclusive, reverse, dtype):
+    """The Dask engine's two CuPy helpers against a long double reference: the scan started
+    from a carry (a scan of the carry placed before the data, the carry's output dropped) and
+    the totals along the axis; carries and rows with NaN, +-inf, all -inf and jumps of 1000."""
+    from xpops._cumulative import _cupy as cc
+
+    cupy = cupy_only
+    rng = np.random.default_rng(13)
+    atol = 1e-4 if dtype == "float32" else 1e-11
+    specials = [0.0, -np.inf, np.inf, np.nan, 1000.0, -1000.0, 3.5]
+    for shape, axis in _carry_cases():
+        x = (rng.standard_normal(shape) * 10).astype(dtype)
+        rows = np.moveaxis(x, axis, -1).reshape(-1, shape[axis])
+        if rows.shape[0] >= 3 and rows.shape[1] >= 3:  # rows with special values
+            rows[0, :] = -np.inf
+            rows[1, rows.shape[1] // 2] = np.inf
+            rows[2, 1] = np.nan
+        x = np.moveaxis(rows.reshape(*np.delete(shape, axis), shape[axis]), -1, axis)
+        x = np.ascontiguousarray(x)
+        cshape = list(shape)
+        cshape[axis] = 1
+        carry = rng.choice(specials, size=cshape).astype(dtype)
+        joined = np.concatenate([x, carry] if reverse else [carry, x], axis=axis)
+        want = _reference_along(joined, axis, exclusive, reverse)
+        keep = [slice(None)] * x.ndim
+        keep[axis] = slice(0, -1) if reverse else slice(1, None)
+        _poison_pool(cupy, 2 * x.nbytes)
+        got = cc.logcumsumexp_from(cupy.asarray(x), cupy.asarray(carry), axis, exclusive, reverse)
+        assert got.dtype == x.dtype
+        assert got.shape == x.shape
+        _assert_scan_equal(got.get(), want[tuple(keep)], atol)
+
+        total = cc.total(cupy.asarray(x), axis, reverse)
+        assert total.shape == tuple(cshape)
+        with np.errstate(invalid="ignore"):
+            want_total = np.logaddexp.reduce(x.astype(np.longdouble), axis=axis, keepdims=True)
+        _assert_scan_equal(total.get(), want_total, atol)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_totals_of_long_rows(cupy_only, dtype):
+    """The Dask engine's row totals where each block of the reduction takes many steps (rows of
+    millions of elements), against a long double reference: a row with a NaN, one with +inf,
+    one of -inf only, one with a jump of 1000, and a row start that is not vector-aligned."""
+    from xpops._cumulative import _cupy as cc
+    from xpops._cumulative._cupy import _totals
+
+    cupy = cupy_only
+    rng = np.random.default_rng(14)
+    atol = 1e-4 if dtype == "float32" else 1e-11
+    L = _totals.TOTAL_BLOCKS_PER_SM * 200 * _totals.TOTAL_ROUNDS * _totals.TOTAL_THREADS * 4 + 3
+    x = (rng.standard_normal((5, L)) * 10).astype(dtype)
+    x[0, L // 3] = np.nan
+    x[1, 2 * L // 3] = np.inf
+    x[2] = -np.inf
+    x[3, L - 2] = 1000.0
+    got = cc.total(cupy.asarray(x), 1, False).get()
+    assert got.shape == (5, 1)
+    with np.errstate(invalid="ignore"):
+        want = np.logaddexp.reduce(x.astype(np.longdouble), axis=1, keepdims=True)
+    _assert_scan_equal(got, want, atol)
+    one = cc.total(cupy.asarray(x[4]), 0, True).get()
+    _assert_scan_equal(one, want[4], atol)
+
+
+def test_kernel_choice(cupy_only):
+    from xpops._cumulative._cupy import choose_kernel
+
+    assert choose_kernel((2**20,), 0) == "tiles"
+    assert choose_kernel((2**20, 64), 1) == "rows"
+    assert choose_kernel((64, 2**20), 1) == "tiles"
+    assert choose_kernel((8192, 32768), 0) == "column_blocks"
+    assert choose_kernel((2**20, 16), 0) == "columns"
+    assert choose_kernel((4, 5, 6), 1) == "columns"
+
+
+def test_non_contiguous_input_on_gpu(cupy_only):
+    cupy = cupy_only
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((300, 500)) * 10).astype(np.float32)
+    xd = cupy.asarray(x)
+    for view, ref_view, axis in [
+        (xd[:, ::2], x[:, ::2], 1),
+        (xd.T, x.T, 0),
+        (xd.T, x.T, 1),
+        (xd[::3, 1:], x[::3, 1:], 0),
+    ]:
+        before = view.copy()
+        got = xpops.logcumsumexp(view, axis=axis)
+        _assert_scan_equal(got.get(), _reference_along(ref_view, axis, False, False), 1e-4)
+        assert bool(cupy.array_equal(view, before))
+
+
+def test_long_float32_scan_on_gpu(cupy_only):
+    """2**29 + 7 float32 elements (more than 2**31 bytes) against a float64 cumsum on the GPU."""
+    cupy = cupy_only
+    n = 2**29 + 7
+    x = cupy.random.default_rng(5).standard_normal(n, dtype=np.float32)
+    got = xpops.logcumsumexp(x)
+    want = cupy.log(cupy.cumsum(cupy.exp(x.astype(np.float64))))
+    err = float(cupy.max(cupy.abs(got.astype(np.float64) - want)))
+    assert err < 1e-4
+
+
+@pytest.mark.slow
+def test_more_than_2_31_elements_float16(cupy_only):
+    """2**31 + 1000 float16 elements (accumulated in float32), checked chunk by chunk."""
+    cupy = cupy_only
+    n = 2**31 + 1000
+    cupy.get_default_memory_pool().free_all_blocks()  # what earlier tests left cached
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    if free < 40 * 2**30:
+        pytest.skip("not enough GPU memory")
+    x = cupy.random.default_rng(9).standard_normal(n, dtype=np.float32).astype(np.float16)
+    got = xpops.logcumsumexp(x)
+    assert got.dtype == np.float16
+    assert got.shape == (n,)
+    carry = 0.0
+    step = 2**28
+    for start in range(0, n, step):
+        seg = x[start : start + step].astype(np.float64)
+        sums = cupy.cumsum(cupy.exp(seg)) + carry
+        carry = float(sums[-1])
+        err = float(
+            cupy.max(cupy.abs(got[start : start + step].astype(np.float64) - cupy.log(sums)))
+        )
+        assert err < 0.02, start  # float16 spacing at 22 is 0.0156
+    del x, got
+    cupy.get_default_memory_pool().free_all_blocks()

@@ -1,0 +1,323 @@
+"""The columns kernels of the CuPy scan: a strided axis (the scan axis is not the last one).
+
+* ``column_blocks``: many columns. A block owns 32 adjacent columns for the whole axis, its
+  warps take consecutive runs of rows and the carry moves down the axis in registers; no state
+  in global memory.
+* ``columns``: few columns. A thread a column, tiles of rows chained along the axis by
+  decoupled look-back per column.
+
+A thread sums its run of a column against the run's maximum and writes the outputs from the
+prefix before the run (the fast path), or scans the run with pairwise combines where that
+could lose accuracy (NaN, +-inf, large jumps).
+"""
+
+import cupy
+import numpy as np
+
+from ..._lib._cuda import C_TYPES
+from ._device import FAST_PATH, LOOK_BACK, PAIRS, look_back_state
+
+__all__ = [
+    "BLOCK",
+    "COLUMN_BLOCK_ITEMS",
+    "COLUMN_BLOCK_THREADS",
+    "COLUMN_ITEMS",
+    "kernels",
+    "scan_column_blocks",
+    "scan_columns",
+]
+
+BLOCK = 256  # threads per block of the columns kernel
+COLUMN_ITEMS = {"float32": 32, "float64": 16}  # rows per column tile
+# column_blocks: 32 columns a block, COLUMN_BLOCK_THREADS / 32 warps down the axis.
+COLUMN_BLOCK_THREADS = 256
+COLUMN_BLOCK_ITEMS = {"float32": 16, "float64": 8}
+
+_SOURCE = r"""
+// Fast path with the sums against `ref` computed again from v[] instead of kept (registers).
+template <typename T, int N>
+__device__ __forceinline__ void fast_outputs_recompute(const T* v, T ref, Pair<T> P,
+                                                       int exclusive, T* o) {
+    const Rebase<T> f = rebase(P, ref);
+    const T R = f.R, a = f.a, b = f.b;
+    T acc = T(0);
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        if (exclusive) {
+            o[k] = (k == 0) ? value(P) : R + xlog(a + acc * b);
+            acc += xexp(v[k] - ref);
+        } else {
+            acc += xexp(v[k] - ref);
+            o[k] = R + xlog(a + acc * b);
+        }
+    }
+}
+
+// Exact path, in place on n values at `io` (stride `stride`), from the prefix P.
+template <typename T>
+__device__ __noinline__ void exact_run(T* io, long long stride, int n, Pair<T> P,
+                                       int exclusive) {
+    for (int k = 0; k < n; ++k) {
+        const T xv = io[k * stride];
+        if (exclusive) io[k * stride] = value(P);
+        P = combine(P, Pair<T>{xv, T(1)});
+        if (!exclusive) io[k * stride] = value(P);
+    }
+}
+
+template <typename T>
+__device__ __noinline__ Pair<T> exact_aggregate(const T* p, long long stride, int n) {
+    Pair<T> agg = identity<T>();
+    for (int k = 0; k < n; ++k) agg = combine(agg, Pair<T>{p[k * stride], T(1)});
+    return agg;
+}
+
+// A thread's run of N elements down a strided column (rows start.. of `col`, stride `inner`,
+// -inf past `count`) into v[], and the run's aggregate against its maximum `ref` (or exact).
+template <typename T, int N>
+__device__ __forceinline__ Pair<T> column_run(const T* col, long long L, long long inner,
+                                              long long start, int count, int reverse, T* v,
+                                              T& ref) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+        const long long l = start + k;
+        v[k] = k < count ? col[(reverse ? L - 1 - l : l) * inner] : neg_inf<T>();
+    }
+    ref = v[0];
+#pragma unroll
+    for (int k = 1; k < N; ++k) ref = nan_max(ref, v[k]);
+    if (isfinite(ref)) {
+        T acc = T(0);
+#pragma unroll
+        for (int k = 0; k < N; ++k) acc += xexp(v[k] - ref);
+        return Pair<T>{ref, acc};
+    }
+    // read again from memory: indexing v[] in a loop that is not unrolled would put it in
+    // local memory for the whole kernel
+    return exact_aggregate(col + (reverse ? L - 1 - start : start) * inner,
+                           reverse ? -inner : inner, count);
+}
+
+// ---- columns: a strided axis, look-back per column -----------------------------------------
+template <typename T, int ITEMS>
+__global__ void __launch_bounds__(BLOCK)
+xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const long long L,
+                           const long long inner, const long long lanes,
+                           const long long groups, const int exclusive, const int reverse,
+                           unsigned long long* __restrict__ state) {
+    __shared__ unsigned long long tile_id;
+    const int tid = threadIdx.x;
+    const LookBack<T> lb(state, (long long)gridDim.x * BLOCK);  // a slot per thread
+    if (tid == 0) tile_id = atomicAdd(lb.counter, 1ull) + 1ull;  // the counter starts at ~0
+    __syncthreads();
+    const long long tile = tile_id;
+    const long long q = tile / groups, g = tile % groups;
+    const long long lane_id = g * BLOCK + tid;
+    if (lane_id >= lanes) return;
+    const long long o_idx = lane_id / inner, i_idx = lane_id % inner;
+    const T* xc = x + o_idx * L * inner + i_idx;
+    T* outc = out + o_idx * L * inner + i_idx;
+    const long long start = q * ITEMS;
+    const int count = (int)min((long long)ITEMS, L - start);
+
+    T v[ITEMS], ref;
+    const Pair<T> agg = column_run<T, ITEMS>(xc, L, inner, start, count, reverse, v, ref);
+
+    // look-back along this column: tile q-1 of the same group is `tile - groups`
+    const long long slot = tile * BLOCK + tid;
+    Pair<T> prefix = identity<T>();
+    if (q == 0) {
+        publish(&lb.incls[slot], agg);
+    } else {
+        publish(&lb.aggs[slot], agg);
+        for (long long pred = tile - groups;; pred -= groups) {
+            Pair<T> val;
+            const int f = wait_slot(lb.aggs, lb.incls, pred * BLOCK + tid, val);
+            prefix = combine(prefix, val);
+            if (f == 2) break;
+        }
+        publish(&lb.incls[slot], combine(prefix, agg));
+    }
+
+    if (fast_ok(ref, v[0], prefix)) {
+        // the sums against `ref` are computed again rather than kept: registers are the limit
+        T o[ITEMS];
+        fast_outputs_recompute<T, ITEMS>(v, ref, prefix, exclusive, o);
+#pragma unroll
+        for (int k = 0; k < ITEMS; ++k) {
+            const long long l = start + k;
+            if (k < count) outc[(reverse ? L - 1 - l : l) * inner] = o[k];
+        }
+    } else {
+        // the exact path copies the inputs to the output and scans them in place
+        const long long step = reverse ? -inner : inner;
+        const long long first = (reverse ? L - 1 - start : start) * inner;
+        for (int k = 0; k < count; ++k) outc[first + k * step] = xc[first + k * step];
+        exact_run(outc + first, step, count, prefix, exclusive);
+    }
+}
+
+// ---- column_blocks: a strided axis with many columns, no look-back ---------------------------
+// A block owns 32 adjacent columns for the whole axis: its warps take consecutive runs of
+// ITEMS rows (each warp reads 32 adjacent elements per row), the runs are combined across
+// warps through shared memory, and the carry moves down the axis in registers. No state in
+// global memory, so nothing to clear before the launch.
+template <typename T, int ITEMS, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
+                                  const long long L, const long long inner,
+                                  const long long lanes, const int exclusive,
+                                  const int reverse) {
+    constexpr int WARPS = THREADS / 32;
+    __shared__ T run_sum[WARPS][32];
+    __shared__ Pair<T> run_agg[WARPS][32];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const long long lane_id = (long long)blockIdx.x * 32 + lane;
+    const bool active = lane_id < lanes;
+    const long long o_idx = active ? lane_id / inner : 0, i_idx = active ? lane_id % inner : 0;
+    const T* xc = x + o_idx * L * inner + i_idx;
+    T* oc = out + o_idx * L * inner + i_idx;
+    Pair<T> carry = identity<T>();
+    for (long long base = 0; base < L; base += (long long)WARPS * ITEMS) {
+        const long long start = base + (long long)warp * ITEMS;
+        const int count = active ? (int)max(0LL, min((long long)ITEMS, L - start)) : 0;
+        T v[ITEMS], ref;
+        const Pair<T> agg = column_run<T, ITEMS>(xc, L, inner, start, count, reverse, v, ref);
+        // Combine the warps' runs of this column: as plain sums against their maximum when the
+        // first run holding anything above -inf is within THRESHOLD of it (as in the tiles
+        // kernel), else pairwise.
+        run_agg[warp][lane] = agg;
+        __syncthreads();
+        T M = neg_inf<T>(), first = neg_inf<T>();
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const T m = run_agg[w][lane].m;
+            M = nan_max(M, m);
+            if (first == neg_inf<T>()) first = m;
+        }
+        const bool sums = isfinite(M) && first >= M - threshold<T>();
+        if (sums) run_sum[warp][lane] = (agg.m == neg_inf<T>()) ? T(0) : agg.s * xexp(agg.m - M);
+        __syncthreads();
+        Pair<T> before = identity<T>(), chunk = identity<T>();
+        if (sums) {
+            T b = T(0), t = T(0);
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) {
+                const T d = run_sum[w][lane];
+                if (w < warp) b += d;
+                t += d;
+            }
+            if (b != T(0)) before = Pair<T>{M, b};  // 0 only when every earlier run is -inf
+            chunk = Pair<T>{M, t};
+        } else {
+            for (int w = 0; w < WARPS; ++w) {
+                const Pair<T> p = run_agg[w][lane];
+                if (w < warp) before = combine(before, p);
+                chunk = combine(chunk, p);
+            }
+        }
+        const Pair<T> P = combine(carry, before);
+        carry = combine(carry, chunk);
+        if (fast_ok(ref, v[0], P)) {
+            T o[ITEMS];
+            fast_outputs_recompute<T, ITEMS>(v, ref, P, exclusive, o);
+#pragma unroll
+            for (int k = 0; k < ITEMS; ++k) {
+                const long long l = start + k;
+                if (k < count) oc[(reverse ? L - 1 - l : l) * inner] = o[k];
+            }
+        } else if (count > 0) {
+            const long long step = reverse ? -inner : inner;
+            const long long first_at = (reverse ? L - 1 - start : start) * inner;
+            for (int k = 0; k < count; ++k) oc[first_at + k * step] = xc[first_at + k * step];
+            exact_run(oc + first_at, step, count, P, exclusive);
+        }
+        __syncthreads();  // the shared arrays are refilled by the next chunk
+    }
+}
+"""
+
+_CODE = PAIRS + FAST_PATH + LOOK_BACK + _SOURCE
+_OPTIONS = ("-std=c++17", f"-DBLOCK={BLOCK}")
+
+
+def _names(dtype_name: str) -> dict[str, str]:
+    t = C_TYPES[dtype_name]
+    return {
+        "columns": f"xpops_logcumsumexp_columns<{t}, {COLUMN_ITEMS[dtype_name]}>",
+        "column_blocks": (
+            f"xpops_logcumsumexp_columns_blocks<{t}, {COLUMN_BLOCK_ITEMS[dtype_name]}, "
+            f"{COLUMN_BLOCK_THREADS}>"
+        ),
+    }
+
+
+@cupy.memoize(for_each_device=True)
+def kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
+    """The ``columns`` and ``column_blocks`` kernels of `dtype_name`, compiled for the current
+    device on first use."""
+    names = _names(dtype_name)
+    module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=list(names.values()))
+    return {key: module.get_function(name) for key, name in names.items()}
+
+
+def scan_columns(
+    x: cupy.ndarray,
+    out: cupy.ndarray,
+    outer: int,
+    L: int,
+    inner: int,
+    exclusive: bool,
+    reverse: bool,
+) -> None:
+    """The scan of `x` (C-contiguous, shape (outer, L, inner)) along L into `out` by the
+    columns kernel."""
+    kernel = kernels(x.dtype.name)["columns"]
+    items = COLUMN_ITEMS[x.dtype.name]
+    lanes = outer * inner
+    groups = -(-lanes // BLOCK)
+    tiles = groups * -(-L // items)
+    state = look_back_state(tiles * BLOCK, x.dtype)
+    kernel(
+        (tiles,),
+        (BLOCK,),
+        (
+            x,
+            out,
+            np.int64(L),
+            np.int64(inner),
+            np.int64(lanes),
+            np.int64(groups),
+            np.int32(exclusive),
+            np.int32(reverse),
+            state,
+        ),
+    )
+
+
+def scan_column_blocks(
+    x: cupy.ndarray,
+    out: cupy.ndarray,
+    outer: int,
+    L: int,
+    inner: int,
+    exclusive: bool,
+    reverse: bool,
+) -> None:
+    """The scan of `x` (C-contiguous, shape (outer, L, inner)) along L into `out` by the
+    column_blocks kernel."""
+    kernel = kernels(x.dtype.name)["column_blocks"]
+    lanes = outer * inner
+    kernel(
+        (-(-lanes // 32),),
+        (COLUMN_BLOCK_THREADS,),
+        (
+            x,
+            out,
+            np.int64(L),
+            np.int64(inner),
+            np.int64(lanes),
+            np.int32(exclusive),
+            np.int32(reverse),
+        ),
+    )

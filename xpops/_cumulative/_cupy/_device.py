@@ -1,0 +1,250 @@
+"""Device helpers shared by the kernel families of the CuPy scan, as CUDA source strings, and
+the host side of the look-back state.
+
+Each family module compiles its own RawModule from the groups it needs, in this order, then
+its own kernels. A group is taken whole: templates a family never instantiates cost nothing,
+and a helper no group holds is used by one family only and lives in that family's module.
+
+* `PAIRS`: the ``(m, s)`` pairs every kernel scans, standing for ``m + log(s)``, their special
+  values and their associative `combine`; the float32/float64 `xexp` and `xlog`. Every family.
+* `WARP`: warp shuffles, scans and reductions of pairs and values. Tiles and totals.
+* `FAST_PATH`: whether a run may be summed against one reference, and the rebasing of its
+  outputs onto the prefix before it. Tiles and columns.
+* `LOOK_BACK`: the slots of decoupled look-back (`look_back_state` allocates them). Tiles and
+  columns.
+* `CHUNKS`: vector loads and stores of chunks of consecutive elements, and a chunk's aggregate
+  from its maximum and its sum against it. Tiles and totals.
+"""
+
+import cupy
+import numpy as np
+
+__all__ = ["CHUNKS", "FAST_PATH", "LOOK_BACK", "PAIRS", "VECTOR", "WARP", "look_back_state"]
+
+#: Elements of one vector access by dtype: ``Vec<T>::N`` of `CHUNKS`.
+VECTOR = {"float32": 4, "float64": 2}
+
+PAIRS = r"""
+#include <cuda/std/limits>
+
+template <typename T> struct Pair { T m; T s; };
+
+// float32 uses the hardware approximations (ex2/lg2 units, denormals flushed): their error,
+// a few 1e-7 relative, is far inside the float32 contract, and full-precision expf/logf made
+// every kernel arithmetic-bound on an H100. float64 keeps exp/log.
+__device__ __forceinline__ float xexp(float v) { return __expf(v); }
+__device__ __forceinline__ double xexp(double v) { return exp(v); }
+__device__ __forceinline__ float xlog(float v) { return __logf(v); }
+__device__ __forceinline__ double xlog(double v) { return log(v); }
+
+// A run may be summed against a reference `ref` when its smallest prefix is at least
+// exp(-THRESHOLD) of exp(ref): terms lost below the smallest normal number (exp(-87) float32
+// with denormals flushed, exp(-708) float64) are then under 1e-9 / 1e-20 of it, even summed
+// over a block.
+template <typename T> __device__ __forceinline__ T threshold();
+template <> __device__ __forceinline__ float threshold<float>() { return 60.0f; }
+template <> __device__ __forceinline__ double threshold<double>() { return 650.0; }
+template <typename T> __device__ __forceinline__ T neg_inf() {
+    return -cuda::std::numeric_limits<T>::infinity();
+}
+template <typename T> __device__ __forceinline__ T pos_inf() {
+    return cuda::std::numeric_limits<T>::infinity();
+}
+template <typename T> __device__ __forceinline__ T qnan() {
+    return cuda::std::numeric_limits<T>::quiet_NaN();
+}
+template <typename T> __device__ __forceinline__ Pair<T> identity() {
+    return Pair<T>{neg_inf<T>(), T(0)};
+}
+// max that propagates NaN
+template <typename T> __device__ __forceinline__ T nan_max(T a, T b) {
+    return (a > b || isnan(a)) ? a : b;
+}
+
+// log(exp(a) + exp(b)) on pairs with every special value handled; commutative, associative.
+template <typename T> __device__ __forceinline__ Pair<T> combine(Pair<T> a, Pair<T> b) {
+    if (isnan(a.m) || isnan(b.m)) return Pair<T>{qnan<T>(), T(1)};
+    if (b.m == neg_inf<T>()) return a;
+    if (a.m == neg_inf<T>()) return b;
+    if (a.m == pos_inf<T>() || b.m == pos_inf<T>()) return Pair<T>{pos_inf<T>(), T(1)};
+    if (a.m >= b.m) return Pair<T>{a.m, a.s + b.s * xexp(b.m - a.m)};
+    return Pair<T>{b.m, a.s * xexp(a.m - b.m) + b.s};
+}
+template <typename T> __device__ __forceinline__ T value(Pair<T> p) {
+    return p.m + xlog(p.s);  // -inf + log(0) = -inf for the identity
+}
+"""
+
+WARP = r"""
+#define FULL_MASK 0xffffffffu
+
+template <typename T> __device__ __forceinline__ Pair<T> shfl_pair(Pair<T> p, int src) {
+    return Pair<T>{__shfl_sync(FULL_MASK, p.m, src), __shfl_sync(FULL_MASK, p.s, src)};
+}
+template <typename T> __device__ __forceinline__ Pair<T> shfl_up_pair(Pair<T> p, int d) {
+    return Pair<T>{__shfl_up_sync(FULL_MASK, p.m, d), __shfl_up_sync(FULL_MASK, p.s, d)};
+}
+template <typename T> __device__ __forceinline__ Pair<T> shfl_xor_pair(Pair<T> p, int d) {
+    return Pair<T>{__shfl_xor_sync(FULL_MASK, p.m, d), __shfl_xor_sync(FULL_MASK, p.s, d)};
+}
+template <typename T> __device__ __noinline__ Pair<T> warp_inclusive_scan(Pair<T> p, int lane) {
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        Pair<T> o = shfl_up_pair(p, d);
+        if (lane >= d) p = combine(o, p);
+    }
+    return p;
+}
+template <typename T> __device__ __forceinline__ Pair<T> warp_reduce(Pair<T> p) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) p = combine(p, shfl_xor_pair(p, d));
+    return p;
+}
+template <typename T> __device__ __forceinline__ T warp_max(T v) {
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v = nan_max(v, __shfl_xor_sync(FULL_MASK, v, d));
+    return v;
+}
+template <typename T> __device__ __forceinline__ T warp_inclusive_sum(T v, int lane) {
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const T u = __shfl_up_sync(FULL_MASK, v, d);
+        if (lane >= d) v += u;
+    }
+    return v;
+}
+"""
+
+FAST_PATH = r"""
+// Whether a run with maximum `ref` and first element `x0`, after the prefix `P`, may use the
+// fast path: its smallest output, at least max(value(P), x0), is within THRESHOLD of `ref`.
+template <typename T> __device__ __forceinline__ bool fast_ok(T ref, T x0, Pair<T> P) {
+    if (!isfinite(ref)) return false;
+    const T plog = value(P);
+    if (isnan(plog) || plog == pos_inf<T>()) return false;
+    const T low = plog > x0 ? plog : x0;
+    return ref - low <= threshold<T>();
+}
+
+// The fast path writes an output as R + log(a + b * c), c a sum against `ref` of the run's
+// own elements, after the prefix P: R = max(P.m, ref), a = P.s exp(P.m - R), b = exp(ref - R).
+template <typename T> struct Rebase { T R, a, b; };
+template <typename T> __device__ __forceinline__ Rebase<T> rebase(Pair<T> P, T ref) {
+    const T R = P.m > ref ? P.m : ref;
+    return Rebase<T>{R, (P.m == neg_inf<T>()) ? T(0) : P.s * xexp(P.m - R), xexp(ref - R)};
+}
+"""
+
+LOOK_BACK = r"""
+// Look-back slots: each tile (or column of a tile) publishes its aggregate in `aggs` and
+// later its inclusive prefix in `incls`. Every slot is written once, word by word, over memory
+// set to all-one bits beforehand (a NaN payload no computation here produces: NaNs published
+// are the canonical quiet NaN, and sums are never NaN). A reader waits until both words of a
+// slot have left that pattern, so no flag and no memory fence are needed.
+__device__ __forceinline__ bool ready(float v) { return __float_as_uint(v) != 0xffffffffu; }
+__device__ __forceinline__ bool ready(double v) {
+    return __double_as_longlong(v) != (long long)0xffffffffffffffffull;
+}
+template <typename T> __device__ __forceinline__ void publish(Pair<T>* slot, Pair<T> p) {
+    volatile T* s = reinterpret_cast<volatile T*>(slot);
+    s[0] = p.m;
+    s[1] = p.s;
+}
+template <typename T> __device__ __forceinline__ Pair<T> read_slot(const Pair<T>* slot) {
+    const volatile T* s = reinterpret_cast<const volatile T*>(slot);
+    return Pair<T>{s[0], s[1]};
+}
+// The look-back state, one allocation (see look_back_state): a tile counter, then `slots`
+// aggregate slots, then `slots` inclusive-prefix slots.
+template <typename T> struct LookBack {
+    unsigned long long* counter;
+    Pair<T>* aggs;
+    Pair<T>* incls;
+    __device__ __forceinline__ LookBack(unsigned long long* state, long long slots)
+        : counter(state), aggs(reinterpret_cast<Pair<T>*>(state + 1)), incls(aggs + slots) {}
+};
+// Wait for tile p: 2 with its inclusive prefix, or 1 with its aggregate.
+template <typename T>
+__device__ __forceinline__ int wait_slot(const Pair<T>* aggs, const Pair<T>* incls,
+                                         long long p, Pair<T>& val) {
+    while (true) {  // both slots in one round trip
+        const Pair<T> inc = read_slot(&incls[p]);
+        const Pair<T> agg = read_slot(&aggs[p]);
+        if (ready(inc.m) && ready(inc.s)) {
+            val = inc;
+            return 2;
+        }
+        if (ready(agg.m) && ready(agg.s)) {
+            val = agg;
+            return 1;
+        }
+    }
+}
+"""
+
+CHUNKS = r"""
+template <typename T> struct Vec;
+template <> struct Vec<float> { using type = float4; static constexpr int N = 4; };
+template <> struct Vec<double> { using type = double2; static constexpr int N = 2; };
+
+template <typename T, int VEC>
+__device__ __forceinline__ void load_chunk(const T* __restrict__ xr, long long L, long long l0,
+                                           int reverse, bool vector, T* v) {
+    using V = typename Vec<T>::type;
+    if (vector) {  // whole chunk in range and aligned
+        const V w = *reinterpret_cast<const V*>(xr + (reverse ? L - VEC - l0 : l0));
+        const T* e = reinterpret_cast<const T*>(&w);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[j] = e[reverse ? VEC - 1 - j : j];
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const long long l = l0 + j;
+            v[j] = l < L ? xr[reverse ? L - 1 - l : l] : neg_inf<T>();
+        }
+    }
+}
+
+template <typename T, int VEC>
+__device__ __forceinline__ void store_chunk(T* __restrict__ outr, long long L, long long l0,
+                                            int reverse, bool vector, const T* v) {
+    using V = typename Vec<T>::type;
+    if (vector) {
+        V w;
+        T* e = reinterpret_cast<T*>(&w);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) e[reverse ? VEC - 1 - j : j] = v[j];
+        *reinterpret_cast<V*>(outr + (reverse ? L - VEC - l0 : l0)) = w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const long long l = l0 + j;
+            if (l < L) outr[reverse ? L - 1 - l : l] = v[j];
+        }
+    }
+}
+
+// The aggregate of a tile from its maximum B and, for finite B, its sum against B.
+template <typename T> __device__ __forceinline__ Pair<T> tile_total(T B, T sum) {
+    if (isfinite(B)) return Pair<T>{B, sum};
+    if (isnan(B)) return Pair<T>{qnan<T>(), T(1)};
+    if (B == pos_inf<T>()) return Pair<T>{pos_inf<T>(), T(1)};
+    return identity<T>();  // every element -inf
+}
+"""
+
+
+def look_back_state(slots: int, dtype: np.dtype) -> cupy.ndarray:
+    """The look-back state of a scan with `slots` slots, all bits set: a tile counter (which
+    starts at 2**64 - 1: the kernels add one to what ``atomicAdd`` returns), then `slots`
+    aggregate (m, s) pairs, then `slots` inclusive-prefix pairs.
+
+    One allocation, one memset and one kernel argument: views into it for the three parts cost
+    about 13 us of host time a call, the allocation and launch of a separate zeroed counter
+    about 10 us, time in which the GPU idles before a short scan.
+    """
+    words = 1 + 2 * slots * (2 * np.dtype(dtype).itemsize // 8)  # 8-byte words
+    state = cupy.empty(words, dtype=np.uint64)
+    stream = cupy.cuda.get_current_stream().ptr
+    cupy.cuda.runtime.memsetAsync(state.data.ptr, 0xFF, state.nbytes, stream)
+    return state
