@@ -13,12 +13,11 @@ from .._lib._validation import as_bool
 
 __all__ = ["cholesky_solve"]
 
-_PACKAGE = __name__.rpartition(".")[0]  # the engines' package (``__package__`` may be None)
 # Each engine takes (x, y, upper, *, xp) as validated and cast below: x (*, M, K), y (*, M, M),
 # one float or complex compute dtype, nothing empty. The NumPy and generic engines are imported
 # on first use too: the NumPy one imports SciPy.
 _ENGINES = Engines(
-    _PACKAGE,
+    __package__,
     numpy="._numpy:cholesky_solve",
     cupy="._cupy:cholesky_solve",
     dask="._dask:cholesky_solve",
@@ -27,7 +26,7 @@ _ENGINES = Engines(
 # The CuPy fast path's engine (two CuPy arrays of one float or complex dtype, one batch shape,
 # nothing empty): only its CuPy entry is called; the others are the general engines.
 _SAME_BATCH_ENGINES = Engines(
-    _PACKAGE,
+    __package__,
     numpy="._numpy:cholesky_solve",
     cupy="._cupy:solve_same_batch",
     dask="._dask:cholesky_solve",

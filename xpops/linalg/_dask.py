@@ -18,7 +18,7 @@ __all__ = ["cholesky_solve"]
 # The in-memory engines of the chunks, which are NumPy or CuPy arrays (the Dask and generic
 # entries only complete the table).
 _CHUNK_ENGINES = Engines(
-    __name__.rpartition(".")[0],
+    __package__,
     numpy="._numpy:cholesky_solve",
     cupy="._cupy:cholesky_solve",
     dask="._agnostic:cholesky_solve",

@@ -15,7 +15,7 @@ __all__ = ["solve_triangular"]
 # Each engine takes (b, a, lower, conj_trans, *, xp). NumPy has its own engine; every other
 # namespace, CuPy and Dask included, takes the generic one.
 _ENGINES = Engines(
-    __name__.rpartition(".")[0],
+    __package__,
     numpy="._numpy:solve_triangular",
     cupy="._agnostic:solve_triangular",
     dask="._agnostic:solve_triangular",
