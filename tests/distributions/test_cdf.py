@@ -1,5 +1,6 @@
-"""Numerics of the multivariate normal CDF: the NumPy engine (xpops._numpy.mvn_cdf) and the
-CuPy engine (xpops._cupy.mvn_cdf, skipped without a GPU)."""
+"""Numerics of the multivariate normal CDF: the NumPy engine (xpops.distributions._cdf._numpy,
+with _bivariate for D = 1 and 2) and, through the cdf entry (xpops.distributions._cdf), the CuPy
+engine (skipped without a GPU)."""
 
 import functools
 import math
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from xpops._numpy.mvn_cdf import bvn_cdf, log_bvn_cdf, log_norm_cdf, mvn_cdf, norm_cdf
+from xpops.distributions._cdf._bivariate import bvn_cdf, log_bvn_cdf, log_norm_cdf, norm_cdf
+from xpops.distributions._cdf._numpy import mvn_cdf
 
 mp = pytest.importorskip("mpmath")  # in the test extra; the GPU machine may lack it
 
@@ -29,7 +31,7 @@ def _gpu(cupy, *arrays):
 
 
 def _gpu_cdf(cupy, lo, up, lf, **kw):
-    from xpops._cupy.mvn_cdf import mvn_cdf as gpu_mvn_cdf
+    from xpops.distributions._cdf import mvn_cdf as gpu_mvn_cdf
 
     v, e = gpu_mvn_cdf(*_gpu(cupy, lo, up, lf), **kw)
     assert isinstance(v, cupy.ndarray)
@@ -39,8 +41,8 @@ def _gpu_cdf(cupy, lo, up, lf, **kw):
 
 @pytest.fixture(params=["numpy", "cupy"])
 def engine(request):
-    """``mvn_cdf`` of the NumPy engine, or of the CuPy engine (NumPy in and out; the CuPy case
-    skips without a GPU)."""
+    """``mvn_cdf`` of the NumPy engine, or of the cdf entry with CuPy arrays (NumPy in and out;
+    the CuPy case skips without a GPU)."""
     if request.param == "numpy":
         return mvn_cdf
     return functools.partial(_gpu_cdf, request.getfixturevalue("cupy_only"))

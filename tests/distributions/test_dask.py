@@ -180,7 +180,7 @@ def test_mvn_parameters_enter_the_graph(d, once):
 def test_mvn_carried_parameters():
     """Small parameters in the tasks: in this process the distribution itself; pickled (for a
     cluster), a copy taken by the standard pickle, with the same parameters and namespace."""
-    from xpops.distributions._mvn import _Carried
+    from xpops.distributions._dask import _Carried
 
     dist = _mvn(np.random.default_rng(10), (2,), 3)
     carried = _Carried(dist)
@@ -272,7 +272,7 @@ def test_cupy_chunks_cholesky_solve_and_mvn(cupy_only):
 def test_cupy_mvn_carried_parameters(cupy_only):
     """Pickled for a cluster, small CuPy parameters travel as NumPy copies and return to the
     GPU when a task runs."""
-    from xpops.distributions._mvn import _Carried
+    from xpops.distributions._dask import _Carried
 
     cupy = cupy_only
     rng = np.random.default_rng(12)

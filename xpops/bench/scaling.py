@@ -1,6 +1,6 @@
 """``python -m xpops scale``: throughput of the Dask engines with 1 and more workers.
 
-The two workloads of issue 7: ``logcumsumexp`` along a long 1-D array, and
+Two workloads: ``logcumsumexp`` along a long 1-D array, and
 ``MultivariateNormal.log_prob`` of many points in D = 16. Inputs are generated on the workers
 (nothing is shipped from the client), a fresh one a run before its clock starts (new keys, so
 no run finds an earlier result, and no extra task a chunk to rename them); results are
@@ -152,6 +152,18 @@ def _timed_runs(
     return statistics.median(samples[1:])
 
 
+def _in_memory(make_local: Any, op: Any, shrink: int, repeats: int, gpu: bool) -> float:
+    """Seconds of the in-memory call on 1 / 2^shrink of the data, scaled to the whole."""
+    local = make_local(shrink)
+
+    def call() -> None:
+        op(local)
+        if gpu:
+            _synchronize()
+
+    return _time(call, repeats) * 2**shrink
+
+
 def _drain(client: Any) -> None:
     """Wait until the workers have dropped the released input and result (the next run's
     input needs the memory)."""
@@ -164,11 +176,13 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
     from distributed import Client, LocalCluster, wait
 
+    xp: Any = np
+    gpu_cluster: Any = None  # dask_cuda.LocalCUDACluster with --gpu (imported first: fail early)
     if args.gpu:
-        import cupy as xp
+        import cupy
         from dask_cuda import LocalCUDACluster
-    else:
-        xp = np
+
+        xp, gpu_cluster = cupy, LocalCUDACluster
     counts = [int(w) for w in args.workers.split(",") if w.strip()]
     work = _workloads(args, xp)
     results: dict[str, dict[str, float]] = {name: {} for name in work}
@@ -176,20 +190,13 @@ def run(args: argparse.Namespace) -> int:
     for name, (_, op, _, make_local) in work.items():
         for shrink in range(8):
             try:
-                local = make_local(shrink)
-
-                def call(local: Any = local, op: Any = op) -> None:
-                    op(local)
-                    if args.gpu:
-                        _synchronize()
-
-                results[name]["in-memory"] = _time(call, args.repeats) * 2**shrink
+                seconds = _in_memory(make_local, op, shrink, args.repeats, args.gpu)
+                results[name]["in-memory"] = seconds
                 shrinks[name] = shrink
                 break
             except MemoryError:  # CuPy's OutOfMemoryError is one: try half the data
                 pass
-            finally:
-                local = call = None
+            finally:  # the input is gone with _in_memory's frame
                 if args.gpu:  # the workers need the memory this process's pool keeps
                     _release()
     noop: dict[str, float] = {}
@@ -213,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
     gpus = xp.cuda.runtime.getDeviceCount() if args.gpu else 0
     for workers in counts:
         if args.gpu and workers <= gpus:
-            cluster = LocalCUDACluster(
+            cluster = gpu_cluster(
                 n_workers=workers, threads_per_worker=args.threads, device_memory_limit=0
             )
         else:
@@ -223,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
                 n_workers=workers,
                 threads_per_worker=args.threads,
                 processes=True,
-                dashboard_address=None,
+                dashboard_address=None,  # pyright: ignore[reportArgumentType]  (None: no dashboard)
             )
         with cluster, Client(cluster) as client:
 

@@ -1,5 +1,6 @@
 """Probability distributions: the multivariate normal, batched, with a CDF."""
 
-from ._mvn import MultivariateNormal, kl_divergence
+from ._kl import kl_divergence
+from ._mvn import MultivariateNormal
 
 __all__ = ["MultivariateNormal", "kl_divergence"]

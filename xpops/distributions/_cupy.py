@@ -1,5 +1,8 @@
 """CuPy engine of MultivariateNormal: fused log_prob and sample kernels for D <= MAX_D.
 
+`kernels_for` tells the distribution whether the kernels take its dtype and D (this module, or
+None); `layout` lays its parameters out for them once; `log_prob_of` and `sample` run them.
+
 ``log_prob``: a block of POINTS threads takes POINTS consecutive points. Their values are read
 coalesced into a shared tile (odd row pitch: no bank conflicts when thread t reads row t), the
 factor's lower triangle and reciprocal diagonal go to shared memory when one factor serves
@@ -19,9 +22,30 @@ caller lays out the batch so that this is the broadcast (points outermost, batch
 """
 
 import math
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import cupy
 import numpy as np
+
+from .._lib import _random
+from .._lib._cuda import C_TYPES, grid_1d
+from ._common import bad_values, batch_of
+
+__all__ = [
+    "MAX_D",
+    "POINTS",
+    "kernels_for",
+    "layout",
+    "log_prob",
+    "log_prob_of",
+    "points_layout",
+    "sample",
+    "standard_normal",
+    "supported",
+]
 
 MAX_D = 32  # z[D] (and eps[D]) live in registers; above this the generic path is used
 POINTS = 128  # points (threads) a block; the float64 D=32 tile is 128 x 33 x 8 = 33 KiB
@@ -223,24 +247,24 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_sample(
 }
 """
 
-_CTYPES = {"float32": "float", "float64": "double"}
 _OPTIONS = ("-std=c++17", f"-DMVN_POINTS={POINTS}")
 
 
 @cupy.memoize(for_each_device=True)
 def _kernel(kind: str, dtype_name: str, d: int) -> cupy.RawKernel:
-    name = f"xpops_mvn_{kind}<{_CTYPES[dtype_name]}, {d}>"
+    name = f"xpops_mvn_{kind}<{C_TYPES[dtype_name]}, {d}>"
     module = cupy.RawModule(code=_SOURCE, options=_OPTIONS, name_expressions=[name])
     return module.get_function(name)
 
 
 def supported(dtype: object, d: int) -> bool:
     """Whether the fused kernels take this dtype and event size."""
-    return 1 <= d <= MAX_D and np.dtype(dtype).name in _CTYPES  # type: ignore[call-overload]
+    return 1 <= d <= MAX_D and np.dtype(dtype).name in C_TYPES  # type: ignore[call-overload]
 
 
-def _grid(n: int) -> tuple[int]:
-    return ((n + POINTS - 1) // POINTS,)
+def kernels_for(dtype: Any, d: int) -> ModuleType | None:
+    """This engine when its kernels take `dtype` and event size `d`, else None."""
+    return sys.modules[__name__] if supported(dtype, d) else None
 
 
 def log_prob(
@@ -271,7 +295,7 @@ def log_prob(
             out,
             np.uint64(0 if flag is None else flag.data.ptr),
         )
-        kernel(_grid(n), (POINTS,), args)
+        kernel((grid_1d(n, POINTS),), (POINTS,), args)
     return out, flag
 
 
@@ -286,14 +310,15 @@ def _mix64(z: int) -> int:
 _MASK64 = (1 << 64) - 1
 
 
-def _key(rng: object) -> tuple[int, int, cupy.ndarray | None]:
+def _key(rng: Any) -> tuple[int, int, cupy.ndarray | None]:
     """The generator key: from an int seed (hashed on the host; a SeedSequence cost more
     than the kernel) or fresh entropy, or drawn on the device from a cupy.random.Generator
     (no synchronisation)."""
     if isinstance(rng, cupy.random.Generator):
         words = (rng.random(2) * 4294967296.0).astype(cupy.uint32)
         return 0, 0, words
-    seed = int(np.random.SeedSequence().entropy if rng is None else rng)  # type: ignore[call-overload]
+    entropy: Any = np.random.SeedSequence().entropy if rng is None else rng
+    seed = int(entropy)
     if seed < 0:
         msg = f"`rng` as a seed must be non-negative, got {seed}"
         raise ValueError(msg)
@@ -306,9 +331,7 @@ def _key(rng: object) -> tuple[int, int, cupy.ndarray | None]:
     return z & 0xFFFFFFFF, z >> 32, None
 
 
-def sample(
-    n: int, loc: cupy.ndarray, tril: cupy.ndarray, rng: object, dtype: object
-) -> cupy.ndarray:
+def sample(n: int, loc: cupy.ndarray, tril: cupy.ndarray, rng: Any, dtype: Any) -> cupy.ndarray:
     """``n`` points ``loc[o % n_loc] + tril[o % n_tril] @ eps`` as an (n, D) array."""
     d = tril.shape[-1]
     out = cupy.empty((n, d), dtype=dtype)
@@ -326,7 +349,7 @@ def sample(
             np.uint64(0 if device_key is None else device_key.data.ptr),
             out,
         )
-        kernel(_grid(n), (POINTS,), args)
+        kernel((grid_1d(n, POINTS),), (POINTS,), args)
     return out
 
 
@@ -340,3 +363,55 @@ def points_layout(batch: tuple[int, ...], own: tuple[int, ...]) -> int | None:
     if tuple(own) == tuple(batch):
         return size
     return None
+
+
+def layout(
+    loc: cupy.ndarray, tril: cupy.ndarray, batch: tuple[int, ...]
+) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
+    """(loc rows, factors, half log-determinants) of a distribution's means `loc` (broadcast to
+    `batch`) and factor `tril` (its own batch shape) laid out for the kernels: point o of a flat
+    (points..., *batch) layout meets row o % len(loc rows) and factor o % len(factors)."""
+    d = loc.shape[-1]
+    size = math.prod(batch)
+    if all(st == 0 for st in loc.strides[:-1]):  # one mean, broadcast
+        loc = cupy.reshape(loc[(0,) * len(batch)], (1, d))
+    else:
+        loc = cupy.reshape(loc, (size, d))
+    rows = points_layout(batch, tuple(int(s) for s in tril.shape[:-2]))
+    tril = tril if rows else cupy.broadcast_to(tril, (*batch, d, d))
+    tril = cupy.ascontiguousarray(cupy.reshape(tril, (rows or size, d, d)))
+    half = cupy.sum(cupy.log(cupy.diagonal(tril, axis1=-2, axis2=-1)), axis=-1)
+    return cupy.ascontiguousarray(loc), tril, half
+
+
+def log_prob_of(
+    value: cupy.ndarray,
+    params: Callable[[], tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]],
+    batch: tuple[int, ...],
+    check: bool,
+) -> cupy.ndarray | None:
+    """log_prob at `value` (of the distribution's dtype) of the distribution of batch shape
+    `batch` whose `layout` `params` gives (asked only when the kernel runs), or None where the
+    layout of `value` does not suit the kernel (a broadcast `value`, a batch that is not the
+    trailing part of the output, no points). `check`: ``ValueError`` for non-finite values."""
+    vs = tuple(int(s) for s in value.shape)
+    out_batch = batch_of(vs[:-1], batch)
+    nb = len(batch)
+    if out_batch != vs[:-1] or (nb and out_batch[-nb:] != batch) or math.prod(out_batch) == 0:
+        return None
+    loc, tril, half = params()
+    flat = value.reshape(-1, vs[-1])
+    if not flat.flags.c_contiguous:
+        flat = flat.copy()
+    out, flag = log_prob(flat, loc, tril, half, check=check)
+    if flag is not None and int(flag):
+        raise ValueError(bad_values("value", vs, False))
+    return out.reshape(out_batch)
+
+
+def standard_normal(xp: Any, shape: tuple[int, ...], dtype: Any, device: Any, rng: Any) -> Any:
+    """Standard normals of `shape` in `dtype` from `rng` (None, an int seed or a
+    ``cupy.random.Generator``), on the current device (`xp` and `device` unused)."""
+    _random.check_cupy_rng(rng)
+    gen = rng if isinstance(rng, cupy.random.Generator) else cupy.random.default_rng(rng)
+    return gen.standard_normal(shape, dtype=dtype)

@@ -1,0 +1,85 @@
+"""The parameters of a multivariate normal: their checks and the lower factor L of the
+covariance ``L L^T``, on arrays of any array-API library (the constructor runs them on
+in-memory parameters, the Dask engine on each chunk of Dask ones). Imports no engine."""
+
+import math
+from typing import Any
+
+from .._lib import _compat
+from .._lib._typing import Array, Namespace
+from ..linalg._triangular import solve_triangular
+from ._common import all_true, shape_of
+
+__all__ = ["check_factor", "check_matrix", "factor"]
+
+
+def check_matrix(xp: Namespace, name: str, m: Array, dtype: Any) -> None:
+    """``ValueError`` unless `m` is finite and, as parameter `name`, lower triangular with a
+    positive diagonal (``scale_tril``) or symmetric (a covariance or precision)."""
+    if not all_true(xp, xp.isfinite(m)):
+        msg = f"`{name}` must be finite, got shape {shape_of(m)} with non-finite values"
+        raise ValueError(msg)
+    if name == "scale_tril":
+        if not all_true(xp, xp.triu(m, k=1) == 0):
+            msg = (
+                f"`scale_tril` must be lower triangular (zero above the diagonal), got shape "
+                f"{shape_of(m)} with nonzero entries above the diagonal"
+            )
+            raise ValueError(msg)
+        if not all_true(xp, xp.linalg.diagonal(m) > 0):
+            msg = (
+                f"`scale_tril` must have a positive diagonal, got shape {shape_of(m)} with a "
+                "diagonal entry <= 0"
+            )
+            raise ValueError(msg)
+        return
+    mt = xp.matrix_transpose(m)
+    eps = float(xp.finfo(dtype).eps)
+    if math.prod(shape_of(m)) == 0:
+        return
+    scale = xp.max(xp.abs(m), axis=(-2, -1), keepdims=True)
+    if not all_true(xp, xp.abs(m - mt) <= 64 * eps * scale):
+        msg = f"`{name}` must be symmetric, got shape {shape_of(m)} with m != m.T"
+        raise ValueError(msg)
+
+
+def check_factor(xp: Namespace, name: str, m: Array, tril: Array) -> None:
+    """``ValueError`` unless the factor `tril` of `m` has a finite, positive diagonal (`m`
+    positive definite)."""
+    diag = xp.linalg.diagonal(tril)
+    if not all_true(xp, xp.isfinite(diag) & (diag > 0)):
+        msg = f"`{name}` must be positive definite, got shape {shape_of(m)} that is not"
+        raise ValueError(msg)
+
+
+def _cholesky(xp: Namespace, name: str, m: Array, validate: bool) -> Array:
+    if m.shape[-1] == 0:
+        return m
+    try:
+        return xp.linalg.cholesky(m)
+    except Exception as exc:  # numpy/torch raise LinAlgError on a non-PD matrix
+        if validate or "LinAlgError" in type(exc).__name__:
+            msg = f"`{name}` must be positive definite, got shape {shape_of(m)} that is not"
+            raise ValueError(msg) from None
+        raise
+
+
+def factor(xp: Namespace, name: str, m: Array, dtype: Any, validate: bool) -> Array:
+    """The lower factor L (``L L^T`` the covariance) of parameter `name`, with `m`'s batch
+    shape: the lower triangle of a ``scale_tril``, the Cholesky factor of a covariance, and
+    of a precision P the inverse transpose of its reversed Cholesky factor."""
+    if name == "scale_tril":
+        return xp.tril(m)
+    if name == "covariance_matrix":
+        return _cholesky(xp, name, m, validate)
+    # precision P = U U^T with U = flip(chol(flip(P))) upper triangular; then
+    # covariance = U^-T U^-1, whose lower factor is U^-T (lower triangular)
+    d = m.shape[-1]
+    if d == 0:
+        return m
+    flipped = xp.flip(xp.flip(m, axis=-1), axis=-2)
+    lf = _cholesky(xp, name, flipped, validate)
+    u = xp.flip(xp.flip(lf, axis=-1), axis=-2)  # upper triangular, P = u u^T
+    eye = xp.broadcast_to(xp.eye(d, dtype=dtype, device=_compat.device(m)), u.shape)
+    # L = u^-T: solve u^T L = I
+    return xp.tril(solve_triangular(u, eye, lower=False, conjugate_transpose=True, xp=xp))
