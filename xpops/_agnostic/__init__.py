@@ -1,1 +1,0 @@
-"""Generic array-API engines: no validation, any namespace."""

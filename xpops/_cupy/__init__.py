@@ -1,1 +1,0 @@
-"""CuPy engines: kernel sources, memoized builders and launchers. Imported only on demand."""

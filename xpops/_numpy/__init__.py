@@ -1,1 +1,0 @@
-"""NumPy/SciPy engines (imported eagerly: NumPy is a hard dependency)."""
