@@ -14,7 +14,6 @@ from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
 from .._lib._validation import as_bool
-from . import _agnostic, _numpy
 
 __all__ = ["logcumsumexp"]
 
@@ -22,10 +21,10 @@ __all__ = ["logcumsumexp"]
 # `axis` normalized to 0 <= axis < x.ndim.
 _ENGINES = Engines(
     __package__,
-    numpy=_numpy.logcumsumexp,
+    numpy="._numpy:logcumsumexp",
     cupy="._cupy:logcumsumexp",
     dask="._dask:logcumsumexp",
-    generic=_agnostic.logcumsumexp,
+    generic="._agnostic:logcumsumexp",
 )
 
 

@@ -48,11 +48,11 @@ def run(name: str, dist: Any, /, *args: Any, tools: Any) -> Any:
 
 
 def _graph_input(dist: Any) -> Any:
-    """`dist` as an input of a Dask graph. Small parameters (a few matrices): an argument of
-    every chunk's task (`_Carried`), so that the chunks wait for nothing (a task of its own
-    ahead of them is one more scheduler round trip: one worker's log_prob of 2^30 points in
-    D = 16 on an H100 took 51.5 ms with it, 43.8 without). Larger ones: a key of its own that
-    each worker fetches once, not a constant serialized for every task."""
+    """`dist` as an input of a Dask graph. Small parameters (up to `_EMBED_BYTES`): an
+    argument of every chunk's task (`_Carried`), so that the chunks wait for nothing (a task
+    of its own ahead of them would be one more scheduler round trip, about 15% of one
+    worker's log_prob of 2^30 points in D = 16 on an H100). Larger ones: a key of its own
+    that each worker fetches once, not a constant serialized for every task."""
     import dask
 
     state = _state(dist)[2].values()
@@ -72,12 +72,11 @@ def _state(dist: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
 class _Carried:
     """A small distribution inside every chunk's task. In this process `arrive` gives the
     distribution itself. Pickled (for a cluster), it is made for the standard pickle: the
-    array namespace travels by name (a module sent every task through Distributed's
-    cloudpickle fallback: 43 us a task against 14 on the CPU VM, and on an H100 host the
-    first of 8 tasks started 5 ms after the scheduler sent them), CuPy arrays as NumPy copies
-    (pickling and unpickling the arrays of a D = 16 distribution took 250 us as CuPy arrays,
-    85 us as NumPy copies; and the scheduler, which unpickles the graph, needs no GPU), which
-    `arrive` puts on the current device of the worker that runs the task. The distribution
+    array namespace travels by name (a module would send every task through Distributed's
+    cloudpickle fallback, three times the standard pickle's cost a task), CuPy arrays as
+    NumPy copies (a third of the time CuPy arrays take to pickle and unpickle, and the
+    scheduler, which unpickles the graph, needs no GPU), which `arrive` puts on the current
+    device of the worker that runs the task. The distribution
     is taken apart and rebuilt by the pickle protocol (``__reduce_ex__``)."""
 
     def __init__(self, dist: Any) -> None:
@@ -339,10 +338,7 @@ def _normals_block(
     # the block's own child of SeedSequence(entropy): only the entropy travels with the task
     index = int(np.ravel_multi_index(where[:-1], shape_blocks)) if shape_blocks else 0
     seed = child_seed(entropy, index)
-    lib = block_library(loc)
-    if lib is np:
-        return np.random.default_rng(seed).standard_normal(size, dtype=loc.dtype)
-    return lib.random.default_rng(seed).standard_normal(size, dtype=loc.dtype)
+    return block_library(loc).random.default_rng(seed).standard_normal(size, dtype=loc.dtype)
 
 
 def _affine_block(eps: Any, loc: Any, tril: Any) -> Any:

@@ -24,8 +24,8 @@ that every distinct factor is read once and never copied):
 for few factors (n at most 2M: BLAS costs about 3.5-5 us a factor, the vectorized paths
 6-10 us a step of 2M steps whatever n; one (16, 16) system: 0.02 against 0.12 ms); batch last
 for 1 < K <= M, or with K = 1 from ``_BATCH_LAST_MIN`` = 4096 factors; rows otherwise. On a
-2-core AMD EPYC (Zen 4) VM, float64, best of 7 (ms, rows / batch last; the VM's speed varied
-up to 2x within the hour, ratios held better): 2000 factors: K=1 M=8 0.40 / 0.35, M=16 1.9 /
+2-core AMD EPYC (Zen 4) VM, float64, best of 7 (ms, rows / batch last; read the ratios, which
+are steadier than the absolute times on a shared VM): 2000 factors: K=1 M=8 0.40 / 0.35, M=16 1.9 /
 1.8, M=24 4.0 / 4.1, M=32 10.3 / 6.6; K=4 M=8 1.9 / 0.73, M=16 6.8 / 3.0; K=8 M=16 7.8 / 4.7;
 K=2 M=32 27 / 8.2. 10000 factors, K=1: M=4 0.73 / 0.59, M=16 14 / 9.1, M=32 62 / 38; 512
 factors, K=1: M=8 0.15 / 0.18, M=24 1.5 / 1.9 (rows ahead for K = 1 and a few thousand
