@@ -46,7 +46,7 @@ def library(a: Any) -> str | None:
     return SCIPY if sp is not None and sp.issparse(a) else None
 
 
-def _check_sparse(a: Any, name: str) -> str:
+def check_sparse(a: Any, name: str) -> str:
     """The library of sparse operand `a`; TypeError for anything but COO/CSR."""
     kind = library(a)
     if kind is None:
@@ -58,7 +58,7 @@ def _check_sparse(a: Any, name: str) -> str:
     return kind
 
 
-def _is_scalar(y: Any, kind: str) -> bool:
+def is_scalar(y: Any, kind: str) -> bool:
     """Python and NumPy numbers, and 0-d arrays of the library of engine kind `kind`."""
     if isinstance(y, numbers.Number | np.generic):
         return True
@@ -75,7 +75,7 @@ def _check_numeric(dtype: Any, what: str) -> None:
         raise TypeError(msg)
 
 
-def _check_same_shape(x: Any, y: Any) -> None:
+def check_same_shape(x: Any, y: Any) -> None:
     if tuple(x.shape) != tuple(y.shape):
         msg = f"`x` and `y` must have the same shape, got {tuple(x.shape)} and {tuple(y.shape)}"
         raise ValueError(msg)
@@ -85,10 +85,10 @@ def check_operands(x: Any, y: Any) -> tuple[str, bool]:
     """Validate ``divide(x, y)``: the engine kind that serves it (``"numpy"`` for SciPy,
     ``"cupy"`` for cupyx, ``"dask"`` for Dask arrays) and whether `y` is a scalar."""
     if is_dask_array(x) or is_dask_array(y):
-        return "dask", _check_dask(x, y)
-    kind = _check_sparse(x, "x")
+        return "dask", False  # the Dask engine checks Dask operands (`_dask.divide`)
+    kind = check_sparse(x, "x")
     _check_numeric(x.dtype, "`x`")
-    if _is_scalar(y, kind):
+    if is_scalar(y, kind):
         _check_numeric(y.dtype if hasattr(y, "dtype") else np.asarray(y).dtype, "`y`")
         return kind, True
     y_kind = library(y)
@@ -102,35 +102,5 @@ def check_operands(x: Any, y: Any) -> tuple[str, bool]:
         )
         raise TypeError(msg)
     _check_numeric(y.dtype, "`y`")
-    _check_same_shape(x, y)
+    check_same_shape(x, y)
     return kind, False
-
-
-def _check_dask(x: Any, y: Any) -> bool:
-    """Validate Dask operands whose chunks are sparse; whether `y` is a scalar.
-
-    Dask records the chunk type in ``_meta`` only when it can slice it (a COO chunk shows as
-    an ndarray meta): a sparse meta is checked now, chunks otherwise when computed."""
-    if not is_dask_array(x):
-        msg = f"`y` is a Dask array, so `x` must be one too, got {type_name(x)}"
-        raise TypeError(msg)
-    if library(x._meta) is not None:
-        _check_sparse(x._meta, "x")
-    if not is_dask_array(y):
-        if _is_scalar(y, library(x._meta) or SCIPY):
-            return True
-        msg = (
-            f"`x` is a Dask array, so `y` must be a Dask array of sparse chunks or a scalar, "
-            f"got {type_name(y)}"
-        )
-        raise TypeError(msg)
-    if library(y._meta) is not None:
-        _check_sparse(y._meta, "y")
-    _check_same_shape(x, y)
-    if x.chunks != y.chunks:
-        msg = (
-            f"`x` and `y` must be chunked the same way (the division is chunk by chunk), got "
-            f"{x.chunks} and {y.chunks}; rechunk one of them, e.g. y = y.rechunk(x.chunks)"
-        )
-        raise ValueError(msg)
-    return False

@@ -11,7 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from ._common import CUPYX, check_operands, library
+from .._lib._compat import is_dask_array
+from .._lib._names import type_name
+from ._common import (
+    CUPYX,
+    SCIPY,
+    check_operands,
+    check_same_shape,
+    check_sparse,
+    is_scalar,
+    library,
+)
 
 __all__ = ["divide", "divide_scalar"]
 
@@ -33,9 +43,12 @@ def _divide_chunk(a: Any, b: Any) -> Any:
 
 
 def divide(x: Any, y: Any) -> Any:
-    """x / y of two Dask arrays of sparse chunks, chunked alike; arguments validated."""
+    """x / y where `x` or `y` is a Dask array: two Dask arrays of sparse chunks, chunked
+    alike, or a Dask `x` and a scalar `y`; the operands are checked here, before any work."""
     import dask.array as da
 
+    if _check_operands(x, y):
+        return divide_scalar(x, y)
     return da.map_blocks(_divide_chunk, x, y, dtype=_dtype(x, y), meta=_meta(x, y._meta))
 
 
@@ -60,3 +73,33 @@ def _meta(x: Any, y: Any) -> Any:
 
 def _is_array_like(a: Any) -> bool:
     return hasattr(a, "shape") and getattr(a, "ndim", 0) > 0
+
+
+def _check_operands(x: Any, y: Any) -> bool:
+    """Validate Dask operands whose chunks are sparse; whether `y` is a scalar.
+
+    Dask records the chunk type in ``_meta`` only when it can slice it (a COO chunk shows as
+    an ndarray meta): a sparse meta is checked now, chunks otherwise when computed."""
+    if not is_dask_array(x):
+        msg = f"`y` is a Dask array, so `x` must be one too, got {type_name(x)}"
+        raise TypeError(msg)
+    if library(x._meta) is not None:
+        check_sparse(x._meta, "x")
+    if not is_dask_array(y):
+        if is_scalar(y, library(x._meta) or SCIPY):
+            return True
+        msg = (
+            f"`x` is a Dask array, so `y` must be a Dask array of sparse chunks or a scalar, "
+            f"got {type_name(y)}"
+        )
+        raise TypeError(msg)
+    if library(y._meta) is not None:
+        check_sparse(y._meta, "y")
+    check_same_shape(x, y)
+    if x.chunks != y.chunks:
+        msg = (
+            f"`x` and `y` must be chunked the same way (the division is chunk by chunk), got "
+            f"{x.chunks} and {y.chunks}; rechunk one of them, e.g. y = y.rechunk(x.chunks)"
+        )
+        raise ValueError(msg)
+    return False

@@ -28,7 +28,7 @@ _SCALAR_ENGINES = Engines(
     __package__,
     numpy="._scipy:divide_scalar",
     cupy="._cupyx:divide_scalar",
-    dask="._dask:divide_scalar",
+    dask="._dask:divide",
     generic=_unsupported,
 )
 
