@@ -1,7 +1,8 @@
 """Dask engine of sparse.divide: chunk by chunk, lazily, for Dask arrays of sparse chunks.
 
-The operands are validated by the contract (`_common.check_operands`). Each chunk goes through
-the same checks before its in-memory engine (SciPy or cupyx, by the chunk's library), since
+The Dask operands are checked here (`_check_operands`), before the graph is built; each chunk
+goes through the contract's checks of in-memory operands (`_common.check_operands`) before its
+in-memory engine (SciPy or cupyx, by the chunk's library), since
 Dask shows a chunk's type in the array's meta only when it can slice it (a COO chunk shows as
 an ndarray meta).
 """
