@@ -8,8 +8,11 @@ CuPy is imported only when a CuPy array is passed, a CuPy namespace is asked for
 import functools
 import os
 import sys
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
+
+import numpy as np
 
 from ._lib import _compat
 from ._lib._names import type_name
@@ -17,6 +20,7 @@ from ._lib._typing import Array, Device, Namespace
 
 __all__ = [
     "BACKENDS",
+    "array_args",
     "cupy_unavailable_reason",
     "default_backend",
     "default_namespace",
@@ -216,3 +220,85 @@ def check_device(xp: Namespace, device: Device) -> None:
     if device != "cpu" and type(device).__name__ != "_CPUDevice":
         msg = f"the NumPy backend only has the device 'cpu', got {device!r}"
         raise ValueError(msg)
+
+
+# ---- array arguments --------------------------------------------------------------------------
+# Every parameter that takes an array also takes what NumPy would make one of: a Python list or
+# tuple (nested) or a Python scalar (bool, int, float, complex). These become arrays of the
+# namespace of the call's array arguments, on the device of the first of them, or NumPy arrays
+# when no argument is an array (as SciPy does). NumPy arrays next to Dask arrays become Dask
+# arrays of one chunk, as Dask itself combines them; any other mix of libraries is a TypeError.
+
+# NumPy scalars are arrays to array_api_compat already
+_ARRAY_LIKE = (list, tuple, bool, int, float, complex)
+
+
+def is_array_like(obj: Any) -> bool:
+    """Whether `obj` is a list, tuple or Python scalar that `array_args` turns into an array."""
+    return isinstance(obj, _ARRAY_LIKE)
+
+
+def array_args(*args: Any, names: Sequence[str] | None = None) -> tuple[Namespace, tuple[Any, ...]]:
+    """``(namespace, arrays)`` of the array arguments `args` (None passes through unchanged).
+
+    Parameters
+    ----------
+    *args
+        Arrays of one library, NumPy arrays with Dask arrays, lists, tuples, scalars or None.
+    names : sequence of str, optional
+        The parameters' names, for messages; default ``x``, ``y``, ...
+
+    Raises
+    ------
+    TypeError
+        If an argument is none of these (a string, a dict, ...), naming the parameter, or the
+        arrays come from libraries that cannot be mixed.
+    """
+    names = names if names is not None else [f"arg{i}" for i in range(len(args))]
+    arrays = [a for a in args if a is not None and not is_array_like(a)]
+    for a, name in zip(args, names, strict=True):
+        if a is not None and not is_array_like(a) and not _compat.is_array_api_obj(a):
+            msg = f"`{name}` must be an array, got {type_name(a)}"
+            raise TypeError(msg)
+    if not arrays:
+        xp = _compat.wrapped_namespace("numpy")
+        return xp, tuple(None if a is None else np.asarray(a) for a in args)
+    libraries = {_library(a) for a in arrays}
+    if libraries == {"numpy", "dask"}:
+        xp = get_namespace(*(a for a in arrays if _library(a) == "dask"))
+    else:
+        xp = get_namespace(*arrays)  # TypeError for any other mix
+    device = _compat.device(arrays[0]) if "dask" not in libraries else None
+    out: list[Any] = []
+    for a in args:
+        if a is None:
+            out.append(None)
+        elif is_array_like(a):
+            out.append(_as_array(xp, a, device))
+        elif "dask" in libraries and _library(a) == "numpy":
+            out.append(_as_dask(a))
+        else:
+            out.append(a)
+    return xp, tuple(out)
+
+
+def _library(a: Any) -> str:
+    if _compat.is_dask_array(a):
+        return "dask"
+    if _compat.is_numpy_array(a):
+        return "numpy"
+    return type(a).__module__.split(".")[0]
+
+
+def _as_array(xp: Namespace, a: Any, device: Any) -> Any:
+    if _compat.is_dask_namespace(xp):
+        return _as_dask(np.asarray(a))
+    if device is None:
+        return xp.asarray(a)
+    return xp.asarray(a, device=device)
+
+
+def _as_dask(a: Any) -> Any:
+    import dask.array as da
+
+    return da.from_array(np.asarray(a), chunks=-1)  # pyright: ignore[reportArgumentType]
