@@ -124,3 +124,22 @@ def test_child_seed_differs_across_chunks_and_is_deterministic():
     # not the root's own state: a chunk's stream is not the unchunked one
     root = int(np.random.SeedSequence(42).generate_state(1, dtype=np.uint64)[0]) >> 1
     assert root not in seeds
+
+
+def test_chunk_engine_by_library():
+    import array_api_strict
+    import scipy.sparse as sp
+
+    from xpops._lib._dask import chunk_engine
+    from xpops._lib._dispatch import Engines
+
+    engines = Engines(
+        None,
+        numpy=lambda: "numpy",
+        cupy=lambda: "cupy",
+        dask=lambda: "dask",
+        generic=lambda: "generic",
+    )
+    assert chunk_engine(engines, np.ones(2))() == "numpy"
+    assert chunk_engine(engines, sp.csr_array(np.eye(2)))() == "numpy"
+    assert chunk_engine(engines, array_api_strict.asarray([1.0]))() == "generic"

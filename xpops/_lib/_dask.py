@@ -10,7 +10,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["block_library", "check_core_chunks", "child_seed", "single_block", "task_name"]
+__all__ = [
+    "block_library",
+    "check_core_chunks",
+    "child_seed",
+    "chunk_engine",
+    "single_block",
+    "task_name",
+]
 
 
 def task_name(op: str, *args: Any) -> str:
@@ -57,3 +64,15 @@ def child_seed(entropy: int, index: int) -> int:
     only the entropy travels with each task and a seed and a chunking give one result."""
     child = np.random.SeedSequence(entropy, spawn_key=(index,))
     return int(child.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+
+
+# The engine kind of an in-memory chunk, by its top-level module: SciPy's sparse chunks go to
+# the NumPy engines, cupyx's to the CuPy ones; any other library to the generic engine.
+_CHUNK_KINDS = {"numpy": "numpy", "scipy": "numpy", "cupy": "cupy", "cupyx": "cupy"}
+
+
+def chunk_engine(engines: Any, block: Any) -> Any:
+    """The engine of `engines` (an `Engines` table) that serves the in-memory chunk `block`:
+    the one way every op's Dask engine picks a chunk's engine."""
+    kind = _CHUNK_KINDS.get(type(block).__module__.split(".")[0], "generic")
+    return engines[kind]
