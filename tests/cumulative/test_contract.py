@@ -379,14 +379,52 @@ def test_dtype_errors(xp):
 
 
 def test_not_an_array():
-    with pytest.raises(TypeError, match=r"expected an array, got builtins\.list"):
-        xpops.logcumsumexp([1.0, 2.0])
-    with pytest.raises(TypeError, match="`x` must be an array, got float"):
-        xpops.logcumsumexp(1.0)
+    for bad, name in (("ab", "builtins.str"), ({1: 2}, "builtins.dict"), (None, "None")):
+        with pytest.raises(TypeError, match=f"`x` must be an array, got {name}"):
+            xpops.logcumsumexp(bad)
+    with pytest.raises(TypeError, match="`x` must have a numeric dtype, got <U"):
+        xpops.logcumsumexp([1, "a"])
     with pytest.raises(TypeError, match="`x` must have a numeric dtype, got <U1"):
         xpops.logcumsumexp(np.array(["a", "b"]))
     with pytest.raises(TypeError, match="`x` must have a numeric dtype, got object"):
         xpops.logcumsumexp(np.array([1.0, None]))
+
+
+@pytest.mark.parametrize(
+    ("value", "axis"),
+    [
+        ([0.0, 1.0], None),
+        ((0.0, 1.0, -2.5), -1),
+        ([[0.0, 1.0], [2.0, 3.0]], 0),
+        ([[0.0, 1.0], [2.0, 3.0]], 1),
+        ([1, 2, 3], None),
+        ([True, False], None),
+        ([1 + 2j, 3 - 1j], None),
+        (3.0, None),
+        (3.0, 0),
+        (-7, None),
+        (False, None),
+        (2j, -1),
+    ],
+)
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lists_and_python_scalars_are_numpy_arrays(value, axis, exclusive, reverse):
+    """A list, tuple or Python scalar is taken as ``numpy.asarray`` of it (issue 22, item 11)."""
+    got = xpops.logcumsumexp(value, axis=axis, exclusive=exclusive, reverse=reverse)
+    want = xpops.logcumsumexp(np.asarray(value), axis=axis, exclusive=exclusive, reverse=reverse)
+    assert type(got) is np.ndarray
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_list_results_against_a_reference():
+    np.testing.assert_allclose(xpops.logcumsumexp([0.0, 1.0]), [0.0, np.logaddexp(0.0, 1.0)])
+    assert xpops.logcumsumexp(3.0).shape == (1,)
+    assert xpops.logcumsumexp(3.0)[0] == 3.0
+    assert xpops.logcumsumexp(3.0, axis=0).shape == ()
+    assert xpops.logcumsumexp([1, 2], dtype=np.float32).dtype == np.float32
 
 
 # ---- accuracy -------------------------------------------------------------------------------

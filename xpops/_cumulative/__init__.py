@@ -9,7 +9,6 @@ import operator
 from typing import Any
 
 from .. import _backend
-from .._lib._compat import is_array_api_obj
 from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
@@ -101,9 +100,10 @@ def logcumsumexp(
 
     Parameters
     ----------
-    x : array
-        Input array (NumPy, CuPy, PyTorch, array-api-strict, ...), real or complex; integer and
-        bool inputs are converted to the namespace's default real floating dtype.
+    x : array_like
+        Input array (NumPy, CuPy, PyTorch, array-api-strict, Dask, ...), real or complex; a
+        list, tuple or Python scalar is taken as a NumPy array. Integer and bool inputs are
+        converted to the namespace's default real floating dtype.
     axis : int, optional
         Axis to accumulate along; negative values count from the end. None (the default) scans
         the row-major flattened array and returns a 1-D result.
@@ -127,8 +127,9 @@ def logcumsumexp(
     Raises
     ------
     TypeError
-        If `x` is not an array, has a non-numeric dtype, `dtype` is not floating, `axis` is not
-        an integer, or `exclusive`/`reverse` are not bools.
+        If `x` is not an array (or a list, tuple or Python scalar), has a non-numeric dtype,
+        `dtype` is not floating, `axis` is not an integer, or `exclusive`/`reverse` are not
+        bools.
     ValueError
         If `axis` is out of bounds.
 
@@ -178,11 +179,11 @@ def logcumsumexp(
     fast = _cupy_fast_path(x, axis, exclusive, reverse, dtype)
     if fast is not None:
         return fast
-    xp = _backend.get_namespace(x)
-    if not is_array_api_obj(x):
-        msg = f"`x` must be an array, got {type(x).__name__}"
+    # lists, tuples and Python scalars become NumPy arrays (the one rule of `array_args`)
+    xp, (a,) = _backend.array_args(x, names=["x"])
+    if a is None:
+        msg = "`x` must be an array, got None"
         raise TypeError(msg)
-    a: Array = x
     exclusive = as_bool(exclusive, "exclusive")
     reverse = as_bool(reverse, "reverse")
     compute_dtype, out_dtype = _resolve_dtypes(xp, a, dtype)
