@@ -2,6 +2,8 @@
 (themselves tested against independent references), several chunkings each, NumPy
 chunks and, with a GPU, CuPy chunks."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -42,3 +44,18 @@ def test_triangle_large_is_lazy_and_chunked():
     assert out.numblocks == (1, 5001)
     last = out[:, -3:].compute()
     np.testing.assert_array_equal(last, [[99_999] * 3, [99_997, 99_998, 99_999]])
+
+
+@pytest.mark.parametrize("fn", ["tril", "triu"])
+def test_task_names(fn):
+    """Every task is ``xpops-<op>-<token>``, one layer; the token follows the arguments."""
+    f = getattr(xpops, f"{fn}_indices")
+    out = f(9, 7, -1, xp=da, chunks=5)
+    assert re.fullmatch(rf"xpops-{fn}_indices-[0-9a-f]+", out.name)
+    graph = out.__dask_graph__()
+    assert list(graph.layers) == [out.name]
+    assert {key[0] for key in dict(graph)} == {out.name}
+    assert f(9, 7, -1, xp=da, chunks=5).name == out.name  # deterministic
+    others = [f(9, 7, 0, xp=da, chunks=5), f(9, 7, -1, xp=da, chunks=4)]
+    others.append(f(9, 7, -1, xp=da, chunks=5, dtype=np.int32))
+    assert len({out.name, *(o.name for o in others)}) == 4

@@ -144,6 +144,98 @@ def test_int32_overflow_is_refused(xp):
     np.testing.assert_array_equal(to_numpy(out), [[0], [big - 1]])
 
 
+def _computed(a):
+    """A NumPy copy of `a`, computed first if it is lazy (Dask)."""
+    return to_numpy(a.compute() if hasattr(a, "compute") else a)
+
+
+def _engines(xp):
+    """`xp` and, with it, Dask (whose chunks are NumPy), for the checks that every engine
+    makes the same way before any work."""
+    engines = [xp]
+    if backend_name(xp) == "numpy":
+        engines.append(pytest.importorskip("dask.array"))
+    return engines
+
+
+@pytest.mark.parametrize("name", ["tril", "triu"])
+@pytest.mark.parametrize("dtype_name", ["int64", None, "int32"])
+def test_int64_overflow_is_refused(xp, name, dtype_name):
+    """An index past 2**63 - 1 is a ValueError naming the dtype and the index on every engine
+    (NumPy's own functions raise OverflowError or "Maximum allowed size exceeded"; PyTorch
+    would wrap it to a negative index), int32 or not.
+    Two entries only: nothing is allocated before the check."""
+    big = 2**64  # rows (tril) or columns (triu); the triangle's two entries sit at the far end
+    for namespace in _engines(xp):
+        dtype = None if dtype_name is None else getattr(namespace, dtype_name)
+        fn = getattr(xpops, f"{name}_indices")
+        args = (big, 1, -(big - 2)) if name == "tril" else (1, big, big - 2)
+        width = "int32" if dtype_name == "int32" else "int64"
+        message = rf"^`dtype` {width} cannot hold the index {big - 1} of this triangle"
+        with pytest.raises(ValueError, match=message):
+            fn(*args, dtype=dtype, xp=namespace)
+
+
+# (row, col, offset) of small triangles at the far edge of int64, and their entries
+EDGE = 2**63 - 1  # the largest `row` or `col`
+EDGE_CASES = {
+    "tril": [
+        ((EDGE, 1, -(EDGE - 2)), [[EDGE - 2, EDGE - 1], [0, 0]]),
+        ((EDGE, EDGE, -(EDGE - 2)), [[EDGE - 2, EDGE - 1, EDGE - 1], [0, 0, 1]]),
+        ((2, EDGE, 0), [[0, 1, 1], [0, 0, 1]]),
+    ],
+    "triu": [
+        ((1, EDGE, EDGE - 2), [[0, 0], [EDGE - 2, EDGE - 1]]),
+        ((EDGE, EDGE, EDGE - 2), [[0, 0, 1], [EDGE - 2, EDGE - 1, EDGE - 1]]),
+        ((EDGE, 2, 0), [[0, 0, 1], [0, 1, 1]]),
+    ],
+}
+
+
+@pytest.mark.parametrize("name", ["tril", "triu"])
+def test_int64_edge_is_exact(xp, name):
+    """Sizes up to 2**63 - 1 work exactly on every engine, for triangles of a few entries
+    (independent reference: the entries written out)."""
+    fn = getattr(xpops, f"{name}_indices")
+    for namespace in _engines(xp):
+        for args, want in EDGE_CASES[name]:
+            out = _computed(fn(*args, xp=namespace))
+            assert out.dtype == np.int64
+            np.testing.assert_array_equal(out, np.array(want, dtype=np.int64), err_msg=str(args))
+
+
+@pytest.mark.parametrize("name", ["tril", "triu"])
+def test_sizes_past_int64_are_refused(xp, name):
+    """`row` or `col` past 2**63 - 1 is a ValueError naming it, even where no index of the
+    triangle reaches that far (the engines take the sizes as int64)."""
+    fn = getattr(xpops, f"{name}_indices")
+    for namespace in _engines(xp):
+        for args, which in (((2, 2**64, 0), "col"), ((2**63, 1, -(2**63 - 2)), "row")):
+            if name == "triu":
+                args = (args[1], args[0], -args[2])
+                which = "row" if which == "col" else "col"
+            value = max(args[0], args[1])
+            message = rf"^`{which}` must be at most 2\*\*63 - 1 \(the range of int64\), "
+            message += rf"got {value}$"
+            with pytest.raises(ValueError, match=message):
+                fn(*args, xp=namespace)
+
+
+@pytest.mark.parametrize("name", ["tril", "triu"])
+def test_more_entries_than_int64_counts_is_refused(xp, name):
+    """Indices that fit int64 but more than 2**63 - 1 entries: a ValueError naming the sizes,
+    before any work (nothing of that size is asked for)."""
+    n = 2**40  # 2**79 entries, every index below 2**40
+    fn = getattr(xpops, f"{name}_indices")
+    for namespace in _engines(xp):
+        message = (
+            rf"^`row` = {n} and `col` = {n} \(offset 0\) give a triangle of "
+            rf"{n * (n + 1) // 2} entries, more than int64 can number \(2\*\*63 - 1\)$"
+        )
+        with pytest.raises(ValueError, match=message):
+            fn(n, xp=namespace)
+
+
 @pytest.mark.parametrize("upper", [False, True])
 def test_largest_index_against_brute_force(upper):
     """The largest row or column index (the int32 guard), -1 for an empty triangle, against

@@ -9,14 +9,13 @@ from typing import Any
 
 from .. import _backend
 from .._lib._dispatch import Engines, dispatch, engine_kind
+from .._lib._dtypes import INT32_MAX, INT64_MAX
 from .._lib._typing import Array, Device, DType, Namespace
 from .._lib._validation import as_int, as_nonnegative_int
 from . import _agnostic, _numpy
-from ._layout import largest_index
+from ._layout import largest_index, triangle_size
 
 __all__ = ["tril_indices", "triu_indices"]
-
-_INT32_MAX = 2**31 - 1
 
 _ENGINES = Engines(
     __package__,
@@ -28,18 +27,47 @@ _ENGINES = Engines(
 
 
 def _resolve_dtype(dtype: DType, xp: Namespace, largest: int) -> DType:
+    """The index dtype, after checking that it holds `largest`, the triangle's largest index.
+
+    int64 is checked as int32 is: an index past 2**63 - 1 is refused on every engine (NumPy
+    raises OverflowError there, and array-API engines would wrap it to a negative index)."""
     if dtype is None:
-        return xp.int64
-    if dtype != xp.int32 and dtype != xp.int64:
+        dtype = xp.int64
+    elif dtype != xp.int32 and dtype != xp.int64:
         msg = f"`dtype` must be int32 or int64 of {xp.__name__}, got {dtype!r}"
         raise TypeError(msg)
-    if dtype == xp.int32 and largest > _INT32_MAX:
+    if dtype == xp.int32 and largest > INT32_MAX:
         msg = (
             f"`dtype` int32 cannot hold the index {largest} of this triangle; "
             "use int64 (the default)"
         )
         raise ValueError(msg)
+    if largest > INT64_MAX:
+        msg = (
+            f"`dtype` int64 cannot hold the index {largest} of this triangle (at most "
+            "2**63 - 1), and no index dtype is wider; use a smaller `row`, `col` or `offset`"
+        )
+        raise ValueError(msg)
     return dtype
+
+
+def _check_sizes(row: int, col: int, offset: int, upper: bool) -> None:
+    """Refuse a `row` or `col` past int64, which the engines take as int64 (an index of the
+    triangle past it is refused before, naming the index), and a triangle of more than
+    2**63 - 1 entries, which int64 cannot number."""
+    for name, value in (("row", row), ("col", col)):
+        if value > INT64_MAX:
+            msg = f"`{name}` must be at most 2**63 - 1 (the range of int64), got {value}"
+            raise ValueError(msg)
+    if row * col <= INT64_MAX:  # the common case: no layout to compute
+        return
+    size = triangle_size(row, col, offset, upper)
+    if size > INT64_MAX:
+        msg = (
+            f"`row` = {row} and `col` = {col} (offset {offset}) give a triangle of {size} "
+            "entries, more than int64 can number (2**63 - 1)"
+        )
+        raise ValueError(msg)
 
 
 def _triangle_indices(
@@ -63,6 +91,7 @@ def _triangle_indices(
         msg = f"`chunks` is for xp=dask.array only, got xp={namespace.__name__}"
         raise ValueError(msg)
     dtype = _resolve_dtype(dtype, namespace, largest_index(row, col, offset, upper))
+    _check_sizes(row, col, offset, upper)
     return dispatch(namespace, _ENGINES, row, col, offset, upper, dtype, device, namespace, chunks)
 
 
@@ -80,7 +109,9 @@ _NOTES = """
     N but the output; the generic engine makes a few int64 temporaries of size N.
 
     Unlike ``numpy.{name}``, negative `row`/`col` raise instead of giving an empty result,
-    and int32 output is checked for overflow.
+    and the output dtype is checked for overflow before any work, int32 and int64 alike, on
+    every engine: an index past 2**63 - 1 (where NumPy raises ``OverflowError``), a `row` or
+    `col` past 2**63 - 1, or more than 2**63 - 1 entries, raise ``ValueError``.
 
     Backend support: NumPy (a vectorized in-place fill), CuPy (one CUDA kernel, no host
     synchronization, correct beyond 2**31 entries), Dask (lazy, each chunk filled by the NumPy
@@ -123,7 +154,9 @@ _PARAMS = """
         If `row`, `col` or `offset` is not an integer (bools and floats included), or `dtype`
         is not int32 or int64.
     ValueError
-        If `row` or `col` is negative, or `dtype` is int32 and an index exceeds 2**31 - 1.
+        If `row` or `col` is negative; if an index of the triangle exceeds what `dtype` holds
+        (2**31 - 1 for int32, 2**63 - 1 for int64, on every engine); or if `row` or `col`
+        exceeds 2**63 - 1, or the triangle has more than 2**63 - 1 entries.
     RuntimeError
         If the CuPy backend is asked for and CuPy or a CUDA device is missing.
 """

@@ -13,7 +13,7 @@ from typing import Any
 import cupy
 import numpy as np
 
-from .._lib._cuda import INDEX_C_TYPES
+from .._lib._cuda import INDEX_C_TYPES, grid_1d
 from ._layout import TrilLayout, mirrored_offset, tril_layout
 
 #: Threads a block; the block stages 2 * BLOCK * 32 bytes (16 KiB) of output in shared memory.
@@ -129,7 +129,9 @@ def _launch(out: cupy.ndarray, lay: TrilLayout, upper: bool) -> None:
     name = "int64" if out.itemsize == 8 else "int32"
     n = lay.size
     per_block = BLOCK * ITEMS[name]
-    grid = (n + per_block - 1) // per_block
+    # one block per `per_block` entries (the kernel does not stride); grid_1d's cap of 2**31 - 1
+    # blocks lies past 2**41 entries, more than a GPU holds
+    grid = grid_1d(n, per_block)
     args = (n, lay.first_row, lay.first_count, lay.rect_row, lay.trap_total, lay.row, lay.col)
     _kernel(name)((grid,), (BLOCK,), (out, *map(_int64, args), _int32(upper)))
 

@@ -4,7 +4,12 @@ import numpy as np
 
 from ._typing import Array, DType, Namespace
 
-__all__ = ["default_float", "is_dtype", "is_low_precision"]
+__all__ = ["INT32_MAX", "INT64_MAX", "default_float", "is_dtype", "is_low_precision"]
+
+#: The largest value of int32 and of int64, the index dtypes: what an index or a count of
+#: entries must not exceed to be held in them.
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 # NumPy and CuPy share NumPy's dtype objects: for them the checks below read ``dtype.kind``,
 # which is several times faster than ``isdtype`` (it matters for short GPU calls).

@@ -35,7 +35,7 @@ import math
 import cupy
 import numpy as np
 
-from .._lib._cuda import FastKernel, c_type
+from .._lib._cuda import FastKernel, c_type, grid_1d
 from .._lib._typing import Namespace
 
 # Systems with LANES_MAX_M < M <= SMALL_MAX_M use the small kernel. Measured on an H100:
@@ -381,7 +381,7 @@ def _operands(
 def _solve_lanes(x, y, out, batch, M, K, upper):
     lanes, threads, kernel = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
     n, pointers, indexes, _held = _operands(x, y, out, batch)
-    kernel(-(-n * lanes // threads), threads, (*pointers, n, K, int(upper), *indexes))
+    kernel(grid_1d(n * lanes, threads), threads, (*pointers, n, K, int(upper), *indexes))
 
 
 def solve_same_batch(x: cupy.ndarray, y: cupy.ndarray, upper: bool) -> cupy.ndarray:
@@ -395,7 +395,7 @@ def solve_same_batch(x: cupy.ndarray, y: cupy.ndarray, upper: bool) -> cupy.ndar
     out = cupy.empty(x.shape, x.dtype)
     n = out.size // (M * K)
     args = (x.data.ptr, y.data.ptr, out.data.ptr, n, K, int(upper), 0, 0)
-    kernel(-(-n * lanes // threads), threads, args)
+    kernel(grid_1d(n * lanes, threads), threads, args)
     return out
 
 
@@ -413,7 +413,7 @@ def _solve_small(x, y, out, batch, M, K, upper):
     kernel = _small_kernel(x.dtype.name, m_max, columns, systems)
     n, pointers, indexes, _held = _operands(x, y, out, batch)
     args = (*pointers, n, M, K, int(upper), *indexes)
-    kernel(-(-n // systems), threads, args)
+    kernel(grid_1d(n, systems), threads, args)
 
 
 def _solve_blas(x, y, out, batch, M, K, upper):
