@@ -420,11 +420,13 @@ def test_lists_and_python_scalars_are_numpy_arrays(value, axis, exclusive, rever
 
 
 def test_list_results_against_a_reference():
-    np.testing.assert_allclose(xpops.logcumsumexp([0.0, 1.0]), [0.0, np.logaddexp(0.0, 1.0)])
-    assert xpops.logcumsumexp(3.0).shape == (1,)
-    assert xpops.logcumsumexp(3.0)[0] == 3.0
-    assert xpops.logcumsumexp(3.0, axis=0).shape == ()
-    assert xpops.logcumsumexp([1, 2], dtype=np.float32).dtype == np.float32
+    got = np.asarray(xpops.logcumsumexp([0.0, 1.0]))
+    np.testing.assert_allclose(got, [0.0, np.logaddexp(0.0, 1.0)])
+    one = np.asarray(xpops.logcumsumexp(3.0))
+    assert one.shape == (1,)
+    assert one[0] == 3.0
+    assert np.asarray(xpops.logcumsumexp(3.0, axis=0)).shape == ()
+    assert np.asarray(xpops.logcumsumexp([1, 2], dtype=np.float32)).dtype == np.float32
 
 
 # ---- accuracy -------------------------------------------------------------------------------
