@@ -87,7 +87,10 @@ def test_logcumsumexp_many_rows_of_blocks_scan_carries():
     totals into carries instead of each block reading the totals itself."""
     x = np.random.default_rng(2).standard_normal((300, 20))
     out = xpops.logcumsumexp(da.from_array(x, chunks=(1, 2)), axis=1)
-    assert not any("-total-" in k[0] for k in dict(out.__dask_graph__()) if isinstance(k, tuple))
+    layers = set(out.dask.layers)
+    assert any(name.startswith("xpops-logcumsumexp-carries-") for name in layers)
+    scans = [k for k in dict(out.__dask_graph__()) if isinstance(k, tuple) and k[0] == out.name]
+    assert len(scans) == 3000
     assert_same(out, xpops.logcumsumexp(x, axis=1))
 
 
@@ -119,3 +122,39 @@ def test_cupy_chunks_logcumsumexp(cupy_only, axis, exclusive, reverse, dtype):
     want = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
     # results are logs: the contract's absolute accuracy (chunks sum in another order)
     assert_same_gpu(got, want, 0, 2e-5 if dtype == "float32" else 1e-13)
+
+
+# ---- task names (issue 22, item 19) ------------------------------------------------------------
+
+# Layers of the result that are Dask's own operations, not tasks of ours.
+_DASK_LAYERS = ("rechunk-",)
+
+
+@pytest.mark.parametrize(
+    ("shape", "chunks", "axis"),
+    [
+        ((30,), 30, 0),  # one block along the axis
+        ((30,), 7, 0),  # each scan reads the totals itself
+        ((2, 20), (1, 4), 1),
+        ((60, 20), (1, 2), 1),  # totals scanned into carries first
+        ((20, 3), (1, 3), 0),
+    ],
+)
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_logcumsumexp_task_names(shape, chunks, axis, exclusive, reverse):
+    """Every layer and task the op adds to the graph is named ``xpops-logcumsumexp-<token>``
+    (or ``xpops-logcumsumexp-<part>-<token>``); the token depends on the arguments."""
+    x = np.arange(float(np.prod(shape))).reshape(shape)
+    dx = da.from_array(x, chunks=chunks)
+    out = xpops.logcumsumexp(dx, axis=axis, exclusive=exclusive, reverse=reverse)
+    added = set(out.dask.layers) - set(dx.dask.layers)
+    ours = {name for name in added if not name.startswith(_DASK_LAYERS)}
+    assert out.name in ours
+    assert all(name.startswith("xpops-logcumsumexp-") for name in ours), ours
+    keys = {k[0] for k in dict(out.__dask_graph__()) if isinstance(k, tuple)}
+    inputs = {k[0] for k in dict(dx.__dask_graph__()) if isinstance(k, tuple)}
+    assert all(k.startswith(("xpops-logcumsumexp-", *_DASK_LAYERS)) for k in keys - inputs)
+    other = xpops.logcumsumexp(dx, axis=axis, exclusive=not exclusive, reverse=reverse)
+    assert other.name != out.name
+    assert_same(out, xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse))

@@ -161,9 +161,11 @@ def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
     from dask.highlevelgraph import HighLevelGraph
 
     nb = x.numblocks[axis]
-    if nb == 1:
-        return x.map_blocks(_scan, axis=axis, exclusive=exclusive, reverse=reverse, dtype=x.dtype)
     name = task_name("logcumsumexp", x, axis, exclusive, reverse)
+    if nb == 1:
+        return x.map_blocks(
+            _scan, axis=axis, exclusive=exclusive, reverse=reverse, dtype=x.dtype, name=name
+        )
     # the blocks in scan order along the axis; the last one's total is never needed
     order = list(range(nb))[::-1] if reverse else list(range(nb))
     if nb <= _DIRECT_BLOCKS and math.prod(x.numblocks) * (nb - 1) <= _DIRECT_DEPENDENCIES:
@@ -191,10 +193,16 @@ def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
         reverse=reverse,
         chunks=totals_chunks,
         meta=np.empty((0,) * x.ndim, dtype=x.dtype),
+        name=task_name("logcumsumexp-total", x, axis, exclusive, reverse),
     )
     # the carries: exclusive scan of the block totals across blocks (small: one per block)
     carries = totals_array.rechunk({axis: -1}).map_blocks(
-        _scan, axis=axis, exclusive=True, reverse=reverse, dtype=x.dtype
+        _scan,
+        axis=axis,
+        exclusive=True,
+        reverse=reverse,
+        dtype=x.dtype,
+        name=task_name("logcumsumexp-carries", x, axis, exclusive, reverse),
     )
     # one task a block, reading its block and the one chunk of carries along `axis`: no
     # task splits the carries (each task costs the scheduler about a millisecond)
