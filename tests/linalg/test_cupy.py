@@ -72,3 +72,20 @@ def test_gpu_one_large_system(cupy_only, dtype_name, upper, m):
     resid = np.linalg.norm(a[0] @ x - b[0], 2)
     eps = np.finfo(np.dtype(dtype_name)).eps
     assert resid <= 4 * m * eps * np.linalg.norm(a[0], 2) * np.linalg.norm(x, 2)
+
+
+def test_gpu_lists_and_mixed_libraries(cupy_only):
+    """A list next to a CuPy array becomes a CuPy array on its device (not the fast path);
+    NumPy with CuPy stays a TypeError, either way round."""
+    cupy = cupy_only
+    low = np.linalg.cholesky(np.array([[4.0, 2.0], [2.0, 3.0]]))
+    got = xpops.linalg.cholesky_solve([6.0, 5.0], cupy.asarray(low))
+    assert isinstance(got, cupy.ndarray)
+    np.testing.assert_allclose(got.get(), [1.0, 1.0], rtol=1e-15)
+    got = xpops.linalg.cholesky_solve(cupy.asarray([[6.0], [5.0]]), low.tolist())
+    assert isinstance(got, cupy.ndarray)
+    np.testing.assert_allclose(got.get(), [[1.0], [1.0]], rtol=1e-15)
+    with pytest.raises(TypeError, match="arrays from different libraries cannot be mixed"):
+        xpops.linalg.cholesky_solve(cupy.ones((2, 1)), low)
+    with pytest.raises(TypeError, match="arrays from different libraries cannot be mixed"):
+        xpops.linalg.cholesky_solve(np.ones((2, 1)), cupy.asarray(low))

@@ -112,14 +112,19 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
 
     Parameters
     ----------
-    x : array, shape (\*, M, K) or (M,)
+    x : array_like, shape (\*, M, K) or (M,)
         Right-hand sides. A 1-D `x` of shape ``(M,)`` is accepted when `y` is 2-D and gives a
         result of shape ``(M,)`` (SciPy's rule); to solve one vector against a batch of
         factors, pass it as ``(M, 1)``.
-    y : array, shape (\*, M, M)
+    y : array_like, shape (\*, M, M)
         Cholesky factor of :math:`A`, lower triangular if `upper` is False, upper triangular
         otherwise. Only that triangle, diagonal included, is read: the other triangle may
         hold anything, NaN included.
+
+        Either may be a Python list (nested) or scalar: it becomes an array of the other
+        argument's library and device, or a NumPy array if neither is an array. A NumPy
+        array next to a Dask array becomes a Dask array of one chunk, as Dask itself combines
+        them; other mixes of libraries are refused.
     upper : bool, optional
         Whether `y` is upper triangular (:math:`A = u^H u`). Default False
         (:math:`A = u u^H`).
@@ -135,8 +140,9 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     Raises
     ------
     TypeError
-        If `x` or `y` is not an array, they come from different libraries, a dtype is not
-        numeric (bool, integer, real or complex floating), or `upper` is not a bool.
+        If `x` or `y` is neither an array nor a list or scalar, they come from libraries
+        that cannot be mixed (NumPy with CuPy or PyTorch, ...), a dtype is not numeric (bool,
+        integer, real or complex floating), or `upper` is not a bool.
     ValueError
         If `y` has fewer than 2 dimensions or is not square, `x` has no dimensions, `x` and
         `y` disagree on M, a 1-D `x` comes with a batched `y`, the batch shapes do not
@@ -153,7 +159,10 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     dtypes: float32, float64, complex64 and complex128 are computed as they are (conjugate
     transposes for complex). float16, and bfloat16 where the library has it, are computed
     in float32 and the result is rounded to the input dtype once. Mixed dtypes promote by the
-    array API rules (float32 with float64 gives float64).
+    array API rules (float32 with float64 gives float64). NumPy's long double (float128 and
+    complex256 where the platform has them; NumPy and Dask with NumPy chunks) is computed in
+    long double by the vectorized substitution, whatever the sizes (SciPy's BLAS has none);
+    CuPy, PyTorch and array-api-strict have no long double dtype.
 
     Special values: a zero on the diagonal of the factor (a singular :math:`A`) is not an
     error: as in LAPACK, the systems that use that factor get inf or NaN, and the other
@@ -184,6 +193,11 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     >>> xpops.linalg.cholesky_solve(np.array([6.0, 5.0]), L)
     array([1., 1.])
 
+    Lists are taken as arrays (of the other argument's library):
+
+    >>> xpops.linalg.cholesky_solve([6.0, 5.0], L)
+    array([1., 1.])
+
     The upper factor, with junk in the unused triangle:
 
     >>> U = L.T.copy()
@@ -210,11 +224,11 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
         xs, ys = a.shape, b.shape
         if xs[:-2] == ys[:-2] and ys[-1] == ys[-2] and xs[-2] == ys[-1]:
             return _SAME_BATCH_ENGINES["cupy"](a, b, upper)
-    xp = _backend.get_namespace(a, b)
     for name, arg in (("x", a), ("y", b)):
-        if not _compat.is_array_api_obj(arg):
-            msg = f"`{name}` must be an array, got {type(arg).__name__}"
+        if arg is None:  # array_args passes None through, for optional parameters
+            msg = f"`{name}` must be an array, got None"
             raise TypeError(msg)
+    xp, (a, b) = _backend.array_args(a, b, names=("x", "y"))
     upper = as_bool(upper, "upper")
     xs, ys = tuple(a.shape), tuple(b.shape)
     compute_dtype, out_dtype = _resolve_dtypes(xp, a, b)

@@ -3,14 +3,16 @@
 The core dimensions (M and K of `x`, M and M of `y`) must each be one chunk; batch
 dimensions broadcast lazily (``dask.array.broadcast_to`` keeps views, nothing is copied
 before a chunk is computed) and the factor's batch chunks are aligned to those of `x`. Each
-chunk pair is solved by the in-memory engine of its library (NumPy or CuPy): the contract has
-already validated and cast the whole arrays, so their chunks need nothing more.
+chunk pair is solved by the in-memory engine of its library (NumPy or CuPy, picked by
+`_lib._dask.chunk_engine`): the contract has already validated and cast the whole arrays, so
+their chunks need nothing more. The solve's graph layer is ``xpops-cholesky_solve-<token>``.
 """
 
 from typing import Any
 
-from .._lib._dask import block_library, check_core_chunks
-from .._lib._dispatch import Engines, dispatch
+from .._lib._compat import array_namespace
+from .._lib._dask import check_core_chunks, chunk_engine, task_name
+from .._lib._dispatch import Engines
 from .._lib._typing import Namespace
 
 __all__ = ["cholesky_solve"]
@@ -28,8 +30,7 @@ _CHUNK_ENGINES = Engines(
 
 def _solve(x: Any, y: Any, upper: bool) -> Any:
     """One chunk: x (*, M, K) and y (*, M, M) of one library, one dtype and one batch shape."""
-    xp = block_library(x)
-    return dispatch(xp, _CHUNK_ENGINES, x, y, upper, xp=xp)
+    return chunk_engine(_CHUNK_ENGINES, x)(x, y, upper, xp=array_namespace(x, y))
 
 
 def cholesky_solve(x: Any, y: Any, upper: bool, *, xp: Namespace | None = None) -> Any:
@@ -50,4 +51,5 @@ def cholesky_solve(x: Any, y: Any, upper: bool, *, xp: Namespace | None = None) 
     )
     xb = xb.rechunk((*chunks, -1, -1))
     yb = yb.rechunk((*chunks, -1, -1))
-    return da.map_blocks(_solve, xb, yb, upper=upper, dtype=x.dtype, chunks=xb.chunks)
+    name = task_name("cholesky_solve", xb, yb, upper)
+    return da.map_blocks(_solve, xb, yb, upper=upper, dtype=x.dtype, chunks=xb.chunks, name=name)

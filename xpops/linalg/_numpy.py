@@ -20,6 +20,9 @@ that every distinct factor is read once and never copied):
   a (entries, chunk) array, the right-hand sides transposed to (M, K, chunk), and each step is
   one dot product whose inner loop runs along the chunk.
 
+Long double (float128, complex256), which SciPy's BLAS lacks, takes a vectorized path
+whatever the sizes, computed in long double.
+
 ``_path`` chooses: BLAS while ``M*M*K`` (K after folding) is above ``_SMALL_WORK`` = 2048, and
 for few factors (n at most 2M: BLAS costs about 3.5-5 us a factor, the vectorized paths
 6-10 us a step of 2M steps whatever n; one (16, 16) system: 0.02 against 0.12 ms); batch last
@@ -267,22 +270,29 @@ def _sweep_rows(rows: np.ndarray, starts: tuple[int, ...], forward: bool, y: np.
         np.multiply(dot, scale[i], out=y[i])
 
 
-def _path(n: int, m: int, k: int) -> str:
-    """The path for n factors of order m with k right-hand sides each (see the docstring)."""
-    if _PATH is not None:
-        return _PATH
-    if m * m * k > _SMALL_WORK or n <= 2 * m:
-        return "blas"
-    if 1 < k <= m or n >= _BATCH_LAST_MIN:
-        return "batch_last"
-    return "rows"
+def _path(n: int, m: int, k: int, dtype: np.dtype) -> str:
+    """The path for n factors of order m with k right-hand sides each (see the docstring).
+
+    SciPy's BLAS has no long double ``?trsm``: long double (float128, complex256) takes a
+    vectorized substitution on every path, computed in long double by NumPy."""
+    path = _PATH
+    if path is None:
+        if m * m * k > _SMALL_WORK or n <= 2 * m:
+            path = "blas"
+        elif 1 < k <= m or n >= _BATCH_LAST_MIN:
+            path = "batch_last"
+        else:
+            path = "rows"
+    if path == "blas" and dtype not in _TRSM:
+        return "batch_last" if 1 < k <= m or n >= _BATCH_LAST_MIN else "rows"
+    return path
 
 
 def _solve(b: np.ndarray, a: np.ndarray, steps: list[tuple[bool, bool]]) -> np.ndarray:
     work, factors, restore = _fold(b, a)
     n, m, k = work.shape
     if work.size:
-        path = _path(n, m, k)
+        path = _path(n, m, k, work.dtype)
         if path == "blas":
             _blas_solve(factors, work, steps)
         elif path == "batch_last":
