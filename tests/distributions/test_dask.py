@@ -129,8 +129,55 @@ def test_mvn_dask_parameters_errors():
         MultivariateNormal(da.zeros(3), covariance_matrix=da.from_array(np.eye(3), chunks=2))
     with pytest.raises(ValueError, match="event shape"):
         lazy.log_prob(np.zeros((4, 2)))
-    with pytest.raises(TypeError):
-        MultivariateNormal(np.zeros(3), covariance_matrix=da.from_array(np.eye(3)))
+    with pytest.raises(TypeError, match="`value` must hold real numbers, got dtype complex128"):
+        lazy.log_prob(da.zeros((4, 3), dtype=complex))
+    with pytest.raises(TypeError, match="`value` must hold real numbers, got dtype complex128"):
+        lazy.cdf(np.zeros((4, 3), dtype=complex))
+    with pytest.raises(TypeError, match="`value` must be an array or a list of numbers, got None"):
+        lazy.log_prob(None)
+    with pytest.raises(TypeError, match="`value` must hold real numbers, got dtype complex128"):
+        _mvn(rng, (), 3).log_prob(da.zeros((4, 3), dtype=complex))  # a Dask value only
+
+
+def test_mvn_numpy_next_to_dask():
+    """NumPy operands (and lists, numbers) next to Dask arrays: one-chunk Dask arrays, as Dask
+    combines them; the result equals the in-memory one."""
+    rng = np.random.default_rng(16)
+    loc, cov = rng.standard_normal((4, 3)), np.eye(3) + 0.3
+    dist = MultivariateNormal(loc, covariance_matrix=cov)
+    v = rng.standard_normal((5, 4, 3))
+    for lazy in (
+        MultivariateNormal(da.from_array(loc, chunks=(2, 3)), covariance_matrix=cov),
+        MultivariateNormal(loc, covariance_matrix=da.from_array(np.broadcast_to(cov, (4, 3, 3)))),
+        MultivariateNormal(loc.tolist(), covariance_matrix=da.from_array(cov)),
+    ):
+        assert isinstance(lazy.loc, da.Array)
+        for value in (v, v.tolist(), da.from_array(v, chunks=(2, 4, 3))):
+            assert_same(lazy.log_prob(value), dist.log_prob(v), 1e-12)
+        assert_same(lazy.entropy(), dist.entropy(), 1e-12)
+    strict = pytest.importorskip("array_api_strict")
+    with pytest.raises(TypeError, match="cannot be mixed"):
+        MultivariateNormal(strict.asarray(loc), covariance_matrix=da.from_array(cov))
+
+
+@pytest.mark.parametrize("loc", ["dask", 0.0, [0.0, 0.0, 0.0]])
+def test_mvn_float32_dask_parameters_compute_in_float32(loc):
+    """float32 Dask parameters (a Python number or list as `loc`): every result float32, chunk by
+    chunk, as the in-memory float32 distribution gives."""
+    rng = np.random.default_rng(17)
+    cov = (np.eye(3) + 0.3).astype(np.float32)
+    mean = da.zeros((3,), dtype=np.float32, chunks=3) if loc == "dask" else loc
+    lazy = MultivariateNormal(mean, covariance_matrix=da.from_array(cov))
+    dist = MultivariateNormal(np.zeros(3, np.float32), covariance_matrix=cov)
+    assert lazy.dtype == np.float32
+    v = rng.standard_normal((6, 3)).astype(np.float32)
+    assert_same(lazy.log_prob(v), dist.log_prob(v), 1e-6)
+    assert_same(lazy.prob(v), dist.prob(v), 1e-6)
+    assert_same(lazy.scale_tril, dist.scale_tril, 1e-6)
+    assert_same(lazy.entropy(), dist.entropy(), 1e-6)
+    assert_same(lazy.cdf(v, rng=1), dist.cdf(v, rng=1), 1e-3)
+    assert lazy.sample((4,), rng=1).compute().dtype == np.float32
+    assert lazy.kl_divergence(lazy).compute().dtype == np.float32
 
 
 def test_mvn_sample_in_chunks():

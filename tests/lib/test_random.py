@@ -13,6 +13,7 @@ from xpops._lib._random import (
     CUPY,
     NUMPY,
     SEEDS,
+    as_seed,
     check_cupy_rng,
     check_numpy_rng,
     check_rng,
@@ -37,7 +38,10 @@ from xpops._lib._random import (
         (np.int64(5), "seed"),
         (True, "bool"),
         (False, "bool"),
-        (np.bool_(True), "other"),  # not a numbers.Integral
+        (np.bool_(True), "bool"),
+        (np.random.SeedSequence(1), "seedsequence"),
+        (np.random.PCG64(1), "bitgenerator"),
+        (np.random.MT19937(1), "bitgenerator"),
         (np.random.default_rng(0), "numpy"),
         (np.random.RandomState(0), "other"),
         (1.0, "other"),
@@ -50,9 +54,10 @@ def test_rng_kind(rng, kind):
 
 
 def test_kind_sets():
-    assert {"none", "seed"} == SEEDS
-    assert {"none", "seed", "bool", "numpy"} == NUMPY  # numpy.random.default_rng takes a bool
-    assert {"none", "seed", "cupy"} == CUPY
+    assert {"none", "seed", "seedsequence"} == SEEDS
+    # what numpy.random.default_rng takes, bools refused (default_rng takes True as seed 1)
+    assert {"none", "seed", "seedsequence", "bitgenerator", "numpy"} == NUMPY
+    assert {"none", "seed", "seedsequence", "cupy"} == CUPY
     assert ANY == NUMPY | CUPY
 
 
@@ -83,40 +88,75 @@ def test_check_rng_where_and_accepted():
 
 
 def test_check_seed():
-    for rng in (None, 0, np.int32(7), 2**80):
+    for rng in (None, 0, np.int32(7), 2**80, np.random.SeedSequence(2)):
         check_seed(rng, "with Dask parameters")
-    for rng, name in ((True, "bool"), (np.random.default_rng(0), "Generator"), (1.0, "float")):
+    for rng, name in (
+        (True, "bool"),
+        (np.random.default_rng(0), "Generator"),
+        (np.random.PCG64(0), "PCG64"),
+        (1.0, "float"),
+    ):
         with pytest.raises(TypeError) as info:
             check_seed(rng, "with Dask parameters")
-        want = f"with Dask parameters, `rng` must be None or an int seed, got {name}"
+        want = (
+            "with Dask parameters, `rng` must be None, an int seed or a "
+            f"numpy.random.SeedSequence, got {name}"
+        )
         assert str(info.value) == want
+
+
+def test_negative_seeds():
+    for check in (check_seed, check_numpy_rng, check_cupy_rng):
+        args = ("here",) if check is check_seed else ()
+        with pytest.raises(ValueError, match="`rng` as an int seed must be non-negative, got -1"):
+            check(-1, *args)
+        with pytest.raises(ValueError, match="non-negative, got -3"):
+            check(np.int64(-3), *args)
 
 
 def test_check_numpy_rng():
-    for rng in (None, 0, True, np.random.default_rng(0)):
+    sources = (None, 0, np.random.default_rng(0), np.random.SeedSequence(0), np.random.PCG64(0))
+    for rng in sources:
         check_numpy_rng(rng)
-    with pytest.raises(TypeError) as info:
-        check_numpy_rng("s")
-    want = "`rng` must be None, an int seed or a numpy.random.Generator, got builtins.str"
-    assert str(info.value) == want
+        np.random.default_rng(rng)  # all taken by NumPy
+    want = (
+        "`rng` must be None, an int seed or a numpy.random SeedSequence, BitGenerator or "
+        "Generator, got "
+    )
+    for rng, text in (("s", "builtins.str"), (True, "builtins.bool")):
+        with pytest.raises(TypeError) as info:
+            check_numpy_rng(rng)
+        assert str(info.value) == want + text
     with pytest.raises(TypeError) as info:
         check_numpy_rng(np.random.RandomState(0), got="repr")
-    want = (
-        "`rng` must be None, an int seed or a numpy.random.Generator, got "
-        "<class 'numpy.random.mtrand.RandomState'>"
-    )
-    assert str(info.value) == want
+    assert str(info.value) == want + "<class 'numpy.random.mtrand.RandomState'>"
 
 
 def test_check_cupy_rng_rejects_numpy_generators_and_bools():
-    for rng in (None, 0):
+    for rng in (None, 0, np.random.SeedSequence(0)):
         check_cupy_rng(rng)
-    for rng, text in ((np.random.default_rng(0), "numpy.random._generator.Generator"),
-                      (True, "builtins.bool")):  # fmt: skip
+    for rng, text in (
+        (np.random.default_rng(0), "numpy.random._generator.Generator"),
+        (np.random.PCG64(0), "numpy.random._pcg64.PCG64"),
+        (True, "builtins.bool"),
+    ):
         with pytest.raises(TypeError) as info:
             check_cupy_rng(rng)
-        want = f"`rng` must be None, an int seed or a cupy.random.Generator for CuPy, got {text}"
+        want = (
+            "`rng` must be None, an int seed, a numpy.random.SeedSequence or a "
+            f"cupy.random.Generator for CuPy, got {text}"
+        )
         assert str(info.value) == want
+
+
+def test_as_seed():
+    for rng in (None, 5, np.random.default_rng(0)):
+        assert as_seed(rng) is rng
+    seed = as_seed(np.random.SeedSequence(9))
+    assert isinstance(seed, int)
+    assert 0 <= seed < 2**63
+    assert seed == as_seed(np.random.SeedSequence(9))
+    assert seed != as_seed(np.random.SeedSequence(10))
 
 
 def test_cupy_generators(cupy_only):
@@ -126,9 +166,9 @@ def test_cupy_generators(cupy_only):
     assert rng_kind(gen) == "cupy"
     check_cupy_rng(gen)
     check_rng(gen, ANY, "anything")
-    with pytest.raises(TypeError, match=re.escape("numpy.random.Generator, got cupy")):
+    with pytest.raises(TypeError, match=re.escape("BitGenerator or Generator, got cupy")):
         check_numpy_rng(gen)
-    with pytest.raises(TypeError, match="int seed, got Generator"):
+    with pytest.raises(TypeError, match="SeedSequence, got Generator"):
         check_seed(gen, "here")
 
 
@@ -176,5 +216,7 @@ def test_normal_as_float64_converts():
 
 def test_normals_check_the_rng():
     for draw in (normal_in_dtype, normal_as_float64):
-        with pytest.raises(TypeError, match=re.escape("numpy.random.Generator, got builtins.str")):
+        with pytest.raises(
+            TypeError, match=re.escape("BitGenerator or Generator, got builtins.str")
+        ):
             draw(np, (2,), np.float64, None, "seed")

@@ -1,9 +1,12 @@
 """The `rng` arguments: what kind of source each one is, and the one check every op runs on it.
 
-An `rng` is None (fresh entropy), an int seed, or a generator of an array library. Each op
-accepts some of these kinds; `check_rng` raises ``TypeError`` for the others, with a message
-that names what was expected and the type that came. Never imports CuPy: a
-``cupy.random.Generator`` can only exist once CuPy is imported.
+An `rng` is what ``numpy.random.default_rng`` takes (SPEC 7): None (fresh entropy), an int
+seed, a ``numpy.random.SeedSequence``, a ``BitGenerator`` or a ``Generator``; or a
+``cupy.random.Generator``. A bool is not a seed (``default_rng(True)`` would take it as 1), and
+a seed is non-negative. Each op accepts some of these kinds; `check_rng` raises ``TypeError``
+for the others, with a message that names what was expected and the type that came, and
+``ValueError`` for a negative seed. Never imports CuPy: a ``cupy.random.Generator`` can only
+exist once CuPy is imported.
 """
 
 import numbers
@@ -20,6 +23,7 @@ __all__ = [
     "CUPY",
     "NUMPY",
     "SEEDS",
+    "as_seed",
     "check_cupy_rng",
     "check_numpy_rng",
     "check_rng",
@@ -31,12 +35,13 @@ __all__ = [
     "rng_kind",
 ]
 
-#: None or an int seed (a bool is not a seed).
-SEEDS = frozenset({"none", "seed"})
-#: What NumPy's ``default_rng`` takes: None, an int (a bool included) or its Generator.
-NUMPY = frozenset({"none", "seed", "bool", "numpy"})
-#: What CuPy's ``default_rng`` takes: None, an int seed (not a bool) or its Generator.
-CUPY = frozenset({"none", "seed", "cupy"})
+#: What a seed of every library and a lazy graph can carry: None, an int seed or a
+#: ``numpy.random.SeedSequence`` (taken to an int seed by `as_seed`).
+SEEDS = frozenset({"none", "seed", "seedsequence"})
+#: What NumPy's ``default_rng`` takes, bools excepted: a seed, a BitGenerator or a Generator.
+NUMPY = SEEDS | {"bitgenerator", "numpy"}
+#: A seed or a ``cupy.random.Generator``.
+CUPY = SEEDS | {"cupy"}
 #: A seed or the generator of either library.
 ANY = NUMPY | CUPY
 
@@ -48,19 +53,33 @@ def is_cupy_generator(rng: Any) -> bool:
 
 
 def rng_kind(rng: Any) -> str:
-    """``"none"``, ``"seed"`` (an int), ``"bool"``, ``"numpy"`` (a ``numpy.random.Generator``),
-    ``"cupy"`` (a ``cupy.random.Generator``) or ``"other"``."""
+    """``"none"``, ``"seed"`` (an int), ``"bool"``, ``"seedsequence"``, ``"bitgenerator"``,
+    ``"numpy"`` (a ``numpy.random.Generator``), ``"cupy"`` (a ``cupy.random.Generator``) or
+    ``"other"``."""
     if rng is None:
         return "none"
-    if isinstance(rng, bool):
+    if isinstance(rng, bool | np.bool_):
         return "bool"
     if isinstance(rng, numbers.Integral):
         return "seed"
+    if isinstance(rng, np.random.SeedSequence):
+        return "seedsequence"
+    if isinstance(rng, np.random.BitGenerator):
+        return "bitgenerator"
     if isinstance(rng, np.random.Generator):
         return "numpy"
     if is_cupy_generator(rng):
         return "cupy"
     return "other"
+
+
+def as_seed(rng: Any) -> Any:
+    """`rng` with a ``SeedSequence`` replaced by the 63-bit int seed it generates (what
+    CuPy's generators and a lazy graph take: an int fits every library's seed); anything else
+    unchanged."""
+    if isinstance(rng, np.random.SeedSequence):
+        return int(rng.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+    return rng
 
 
 def _type_of(rng: Any, style: str) -> str:
@@ -75,33 +94,41 @@ def _type_of(rng: Any, style: str) -> str:
 def check_rng(
     rng: Any, accepted: Collection[str], expected: str, *, got: str = "qualified", where: str = ""
 ) -> None:
-    """Raise ``TypeError`` unless ``rng_kind(rng)`` is in `accepted`.
+    """Raise ``TypeError`` unless ``rng_kind(rng)`` is in `accepted`, ``ValueError`` for a
+    negative int seed.
 
     The message is ``"[where, ]`rng` must be <expected>, got <type>"``, the type written as
     `got` says: ``"name"`` (``str``), ``"qualified"`` (``builtins.str``) or ``"repr"``
     (``<class 'str'>``).
     """
-    if rng_kind(rng) in accepted:
-        return
     prefix = f"{where}, " if where else ""
-    msg = f"{prefix}`rng` must be {expected}, got {_type_of(rng, got)}"
-    raise TypeError(msg)
+    kind = rng_kind(rng)
+    if kind not in accepted:
+        msg = f"{prefix}`rng` must be {expected}, got {_type_of(rng, got)}"
+        raise TypeError(msg)
+    if kind == "seed" and rng < 0:
+        msg = f"{prefix}`rng` as an int seed must be non-negative, got {int(rng)}"
+        raise ValueError(msg)
 
 
 def check_seed(rng: Any, where: str) -> None:
-    """`rng` must be None or an int seed (what a lazy Dask graph can carry), `where` saying
-    why: ``"with `chunks`"``."""
-    check_rng(rng, SEEDS, "None or an int seed", got="name", where=where)
+    """`rng` must be None, an int seed or a SeedSequence (what a lazy Dask graph can carry),
+    `where` saying why: ``"with `chunks`"``."""
+    check_rng(
+        rng, SEEDS, "None, an int seed or a numpy.random.SeedSequence", got="name", where=where
+    )
 
 
 def check_numpy_rng(rng: Any, *, got: str = "qualified") -> None:
-    """`rng` must be what ``numpy.random.default_rng`` takes."""
-    check_rng(rng, NUMPY, "None, an int seed or a numpy.random.Generator", got=got)
+    """`rng` must be what ``numpy.random.default_rng`` takes (not a bool)."""
+    expected = "None, an int seed or a numpy.random SeedSequence, BitGenerator or Generator"
+    check_rng(rng, NUMPY, expected, got=got)
 
 
 def check_cupy_rng(rng: Any) -> None:
-    """`rng` must be what ``cupy.random.default_rng`` takes."""
-    check_rng(rng, CUPY, "None, an int seed or a cupy.random.Generator for CuPy")
+    """`rng` must be what CuPy's generators take (a SeedSequence through `as_seed`)."""
+    expected = "None, an int seed, a numpy.random.SeedSequence or a cupy.random.Generator for CuPy"
+    check_rng(rng, CUPY, expected)
 
 
 def host_rng(rng: Any) -> Any:

@@ -1,26 +1,35 @@
 """What the distribution and its engines share: shapes, batch broadcasting, the checks of a
 value's shape and the messages of bad parameters or values. Imports no engine."""
 
+import numbers
 from typing import Any
 
 import numpy as np
 
 from .. import _backend
 from .._lib import _compat
-from .._lib._dtypes import default_float, is_dtype
+from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, Namespace
 
 __all__ = [
     "all_true",
+    "bad_loc",
     "bad_values",
     "batch_of",
+    "check_real",
     "float_dtype",
     "is_array",
     "namespace_of",
     "parameter_batch",
+    "result",
+    "sample_shape",
     "shape_of",
     "value_batch",
 ]
+
+# The kinds of dtype a parameter or a value may have: integers and bools are taken as the
+# default floating dtype of their library.
+_REAL = ("real floating", "integral", "bool")
 
 
 def is_array(a: Any) -> bool:
@@ -34,18 +43,62 @@ def namespace_of(loc: Any, matrix: Any) -> Namespace:
     return _backend.get_namespace(*arrays)
 
 
-def float_dtype(xp: Namespace, arrays: list[Array]) -> Any:
-    """The floating dtype the parameters are computed in (integers and bools: the default)."""
+def check_real(xp: Namespace, a: Array, what: str) -> None:
+    """``TypeError`` unless array `a` (parameter or value `what`) holds real numbers: a real
+    floating, integer or bool dtype (not complex, not strings or objects)."""
+    if not is_dtype(xp, a.dtype, _REAL):
+        msg = f"`{what}` must hold real numbers, got dtype {a.dtype}"
+        raise TypeError(msg)
+
+
+def float_dtype(xp: Namespace, arrays: list[Array], names: list[str]) -> Any:
+    """The floating dtype the parameters `arrays` (named `names`) are computed in: the
+    promotion of their dtypes, integers and bools taken as the default floating dtype;
+    float16 and bfloat16 computed in float32. ``TypeError`` for dtypes that are not real and
+    for long double, which the factorizations of NumPy and SciPy do not take."""
     dtypes = []
-    for a in arrays:
+    for a, name in zip(arrays, names, strict=True):
+        check_real(xp, a, name)
         if is_dtype(xp, a.dtype, "real floating"):
+            if isinstance(a.dtype, np.dtype) and a.dtype.itemsize > 8:
+                msg = (
+                    f"`{name}` has dtype {a.dtype} (long double), which MultivariateNormal does "
+                    "not support; convert it to float64 or float32"
+                )
+                raise TypeError(msg)
             dtypes.append(a.dtype)
-        elif is_dtype(xp, a.dtype, ("integral", "bool")):
-            dtypes.append(default_float(xp, a))
         else:
-            msg = f"the parameters must be real numbers, got dtype {a.dtype}"
-            raise TypeError(msg)
-    return xp.result_type(*dtypes)
+            dtypes.append(default_float(xp, a))
+    dtype = xp.result_type(*dtypes)
+    return xp.float32 if is_low_precision(xp, dtype) else dtype
+
+
+def result(out: Any) -> Any:
+    """A method's result as returned to the user: NumPy scalars become 0-d arrays, so that a
+    single point gives a 0-d ``numpy.ndarray`` as every other result does (NumPy's operations
+    on 0-d arrays return scalars); anything else unchanged."""
+    return np.asarray(out) if isinstance(out, np.generic) else out
+
+
+def sample_shape(shape: Any) -> tuple[int, ...]:
+    """The `shape` argument of `sample` and `rsample` (an int or a sequence of ints) as a
+    tuple: ``TypeError`` for anything else (a float, a bool), ``ValueError`` for a negative
+    size."""
+    dims = (shape,) if isinstance(shape, numbers.Integral) else shape
+    if not isinstance(dims, tuple | list) or any(
+        isinstance(n, bool | np.bool_) or not isinstance(n, numbers.Integral) for n in dims
+    ):
+        msg = f"`shape` must be an int or a tuple of ints, got {shape!r}"
+        raise TypeError(msg)
+    if any(n < 0 for n in dims):
+        msg = f"`shape` must hold non-negative sizes, got {shape!r}"
+        raise ValueError(msg)
+    return tuple(int(n) for n in dims)
+
+
+def bad_loc(shape: tuple[int, ...]) -> str:
+    """The message for a `loc` of `shape` with NaN or infinite entries."""
+    return f"`loc` must be finite, got shape {shape} with non-finite values"
 
 
 def shape_of(a: Array) -> tuple[int, ...]:

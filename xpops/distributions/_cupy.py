@@ -317,7 +317,7 @@ def _key(rng: Any) -> tuple[int, int, cupy.ndarray | None]:
     if isinstance(rng, cupy.random.Generator):
         words = (rng.random(2) * 4294967296.0).astype(cupy.uint32)
         return 0, 0, words
-    entropy: Any = np.random.SeedSequence().entropy if rng is None else rng
+    entropy: Any = np.random.SeedSequence().entropy if rng is None else _random.as_seed(rng)
     seed = int(entropy)
     if seed < 0:
         msg = f"`rng` as a seed must be non-negative, got {seed}"
@@ -413,5 +413,8 @@ def standard_normal(xp: Any, shape: tuple[int, ...], dtype: Any, device: Any, rn
     """Standard normals of `shape` in `dtype` from `rng` (None, an int seed or a
     ``cupy.random.Generator``), on the current device (`xp` and `device` unused)."""
     _random.check_cupy_rng(rng)
-    gen = rng if isinstance(rng, cupy.random.Generator) else cupy.random.default_rng(rng)
+    if isinstance(rng, cupy.random.Generator):
+        gen = rng
+    else:
+        gen = cupy.random.default_rng(_random.as_seed(rng))
     return gen.standard_normal(shape, dtype=dtype)

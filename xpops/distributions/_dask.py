@@ -28,8 +28,8 @@ import numpy as np
 from .. import _backend
 from .._lib import _compat
 from .._lib._dask import block_library, check_core_chunks, child_seed, single_block
-from .._lib._random import check_seed
-from ._common import value_batch
+from .._lib._random import as_seed, check_seed
+from ._common import bad_loc, check_real, value_batch
 
 __all__ = ["run"]
 
@@ -173,6 +173,7 @@ def _over_value(
     from dask.layers import ArraySliceDep
 
     d, dtype = dist.event_shape[0], dist.dtype
+    check_real(_backend.get_namespace(value), value, "value")
     batch = value_batch("value", tuple(int(s) for s in value.shape), d, dist.batch_shape)
     v = da.broadcast_to(value, (*batch, d)).rechunk({len(batch): -1})
     carried = _graph_input(dist)
@@ -217,7 +218,7 @@ def _sample_in_chunks(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any) 
     tail = (*dist.batch_shape, dist.event_shape[0])
     full_chunks = (*sample_chunks, *((n,) for n in tail))
     blocks = [len(c) for c in sample_chunks]
-    entropy = np.random.SeedSequence(None if rng is None else int(rng)).entropy
+    entropy = np.random.SeedSequence(None if rng is None else int(as_seed(rng))).entropy
     meta = xp.empty((0,) * len(full_chunks), dtype=dist.dtype)
     sampler = _graph_input(copy.copy(dist))
     return da.map_blocks(
@@ -243,8 +244,7 @@ def _check_loc_block(loc: Any, shape: tuple[int, ...]) -> Any:
     ok = loc == loc  # False at NaN, in every chunk library
     finite = bool((ok & (abs(loc) != float("inf"))).all())
     if not finite:
-        msg = f"`loc` must be finite, got shape {shape} with non-finite values"
-        raise ValueError(msg)
+        raise ValueError(bad_loc(shape))
     return loc
 
 
@@ -270,8 +270,12 @@ def _aligned(dist: Any, value: Any) -> tuple[Any, Any, Any, tuple[str, ...], tup
     import dask.array as da
 
     d, batch = dist.event_shape[0], dist.batch_shape
-    if not _is_dask(value):
-        value = da.from_array(value, chunks=-1, asarray=False)  # pyright: ignore[reportArgumentType]
+    if value is None:
+        msg = "`value` must be an array or a list of numbers, got None"
+        raise TypeError(msg)
+    # lists, numbers and NumPy arrays become one-chunk Dask arrays
+    value = _backend.array_args(value, dist.loc, names=["value", "loc"])[1][0]
+    check_real(_backend.get_namespace(value), value, "value")
     out_batch = value_batch("value", tuple(int(s) for s in value.shape), d, batch)
     v = da.broadcast_to(value, (*out_batch, d)).rechunk({len(out_batch): -1})
     points = tuple(f"p{i}" for i in range(len(out_batch) - len(batch)))
@@ -361,7 +365,7 @@ def _sample_parameters(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any)
     tril = dist.scale_tril.rechunk((*loc.chunks, (d,)))
     full = (*sample_chunks, *loc.chunks)
     blocks = tuple(len(c) for c in full[:-1])
-    entropy = np.random.SeedSequence(None if rng is None else int(rng)).entropy
+    entropy = np.random.SeedSequence(None if rng is None else int(as_seed(rng))).entropy
     meta = loc._meta
     eps = da.map_blocks(
         _normals_block,

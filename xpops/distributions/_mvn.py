@@ -14,6 +14,8 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .. import _backend
 from .._lib import _compat, _random
 from .._lib._dispatch import Engines, dispatch
@@ -23,12 +25,14 @@ from ..linalg._triangular import solve_triangular
 from . import _cdf
 from ._common import (
     all_true,
+    bad_loc,
     bad_values,
     batch_of,
+    check_real,
     float_dtype,
     is_array,
-    namespace_of,
     parameter_batch,
+    sample_shape,
     shape_of,
     value_batch,
 )
@@ -52,11 +56,17 @@ class MultivariateNormal:
     Parameters
     ----------
     loc : array or array-like, shape (..., D)
-        The means. Python scalars and lists are converted in the matrix's namespace (or the
-        default one, see ``XPOPS_BACKEND``).
-    covariance_matrix, precision_matrix, scale_tril : array, shape (..., D, D)
+        The means; a Python number is the mean of every coordinate.
+    covariance_matrix, precision_matrix, scale_tril : array or array-like, shape (..., D, D)
         Exactly one: symmetric positive definite covariances or precisions, or lower-triangular
         factors with a positive diagonal.
+
+        Every parameter, and the values given to the methods, may be a Python number or a
+        (nested) list: it becomes an array of the library of the array beside it, on that
+        array's device (NumPy when none is an array). NumPy arrays next to Dask arrays become
+        one-chunk Dask arrays; other mixes of libraries raise ``TypeError``. The dtype comes
+        from the parameters given as arrays only (a Python number or list does not promote
+        it); with no array, NumPy's float64.
     validate_args : bool, optional
         If True (the default), check the parameters (and the values given to `log_prob`,
         `prob`, `cdf` and `logcdf`) and raise ``ValueError`` naming the parameter, its shape and
@@ -70,7 +80,10 @@ class MultivariateNormal:
         positive definite, a `scale_tril` with anything above the diagonal or a non-positive
         diagonal, non-finite `loc`.
     TypeError
-        For complex or non-numeric parameters, or parameters of two array libraries.
+        For complex or non-numeric parameters (or values), or parameters of two array
+        libraries.
+    ValueError
+        If `loc` and the matrix are on different devices.
 
     Notes
     -----
@@ -132,20 +145,25 @@ class MultivariateNormal:
             raise ValueError(msg)
         ((name, matrix),) = given.items()
         self._validate = as_bool(validate_args, "validate_args")
-        if not is_array(matrix):
-            msg = f"`{name}` must be an array, got {type(matrix).__name__}"
+        if loc is None:
+            msg = "`loc` must be an array, a number or a list of numbers, got None"
             raise TypeError(msg)
-        xp = namespace_of(loc, matrix)
+        # the dtype comes from the parameters given as arrays: a Python number or list
+        # does not promote it (as in PyTorch); with none an array, NumPy's default
+        typed = [(a, n) for a, n in ((loc, "loc"), (matrix, name)) if is_array(a)]
+        scalar_loc = isinstance(loc, numbers.Number)
+        xp, (loc, matrix) = _as_arrays(loc, matrix, names=["loc", name])
         self._xp = xp
-        device = _compat.device(matrix)
-        if not is_array(loc):
-            if not isinstance(loc, numbers.Real | list | tuple) or isinstance(loc, bool):
-                msg = f"`loc` must be an array, a number or a list of numbers, got {type(loc)}"
-                raise TypeError(msg)
-            if isinstance(loc, numbers.Real) and len(matrix.shape) >= 1:
-                loc = [float(loc)] * int(matrix.shape[-1])  # one mean for every coordinate
-            loc = xp.asarray(loc, device=device)
-        dtype = float_dtype(xp, [loc, matrix])
+        if scalar_loc and len(matrix.shape) >= 1:  # one mean for every coordinate
+            loc = xp.broadcast_to(loc, (int(matrix.shape[-1]),))
+        if not _compat.is_dask_array(matrix):
+            _same_device(loc, matrix, name)
+        for a, n in ((loc, "loc"), (matrix, name)):
+            check_real(xp, a, n)
+        if typed:
+            dtype = float_dtype(xp, [a for a, _ in typed], [n for _, n in typed])
+        else:
+            dtype = float_dtype(xp, [loc, matrix], ["loc", name])
         loc = xp.astype(loc, dtype) if loc.dtype != dtype else loc
         matrix = xp.astype(matrix, dtype) if matrix.dtype != dtype else matrix
         ls, ms = shape_of(loc), shape_of(matrix)
@@ -168,8 +186,7 @@ class MultivariateNormal:
         xp = self._xp
         if self._validate:
             if not all_true(xp, xp.isfinite(loc)):
-                msg = f"`loc` must be finite, got shape {shape_of(loc)} with non-finite values"
-                raise ValueError(msg)
+                raise ValueError(bad_loc(shape_of(loc)))
             check_matrix(xp, name, matrix, self._dtype)
         tril = factor(xp, name, matrix, self._dtype, self._validate)
         if self._validate and name != "scale_tril":
@@ -286,11 +303,15 @@ class MultivariateNormal:
         self, value: Any, what: str, *, allow_inf: bool = False, check_values: bool = True
     ) -> Array:
         xp = self._xp
-        if not is_array(value):
-            value = xp.asarray(value, dtype=self._dtype, device=_compat.device(self._tril))
+        if value is None:
+            msg = f"`{what}` must be an array or a list of numbers, got None"
+            raise TypeError(msg)
+        if not is_array(value):  # a list or a number: an array of the parameters' library
+            value = _as_arrays(value, self._tril, names=[what, "scale_tril"])[1][0]
         elif _backend.get_namespace(value).__name__ != xp.__name__:
             msg = f"`{what}` must be an array of the distribution's library, got {type(value)}"
             raise TypeError(msg)
+        check_real(xp, value, what)
         vs = shape_of(value)
         value_batch(what, vs, self._d, self._batch_shape)
         if value.dtype != self._dtype:
@@ -361,8 +382,7 @@ class MultivariateNormal:
     def rsample(self, shape: tuple[int, ...] | int = (), *, rng: Any = None) -> Array:
         """``loc + L eps``: shape ``shape + batch_shape + event_shape`` (differentiable in
         the parameters with PyTorch tensors)."""
-        shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)  # type: ignore[arg-type]
-        return dispatch(self._xp, _RSAMPLE, self, shape, rng)
+        return dispatch(self._xp, _RSAMPLE, self, sample_shape(shape), rng)
 
     def _rsample(self, shape: tuple[int, ...], rng: Any) -> Array:
         xp = self._xp
@@ -394,7 +414,7 @@ class MultivariateNormal:
         """
         if chunks is None:
             return self.rsample(shape, rng=rng)
-        return _on_dask("sample", self, shape, rng, chunks)
+        return _on_dask("sample", self, sample_shape(shape), rng, chunks)
 
     def kl_divergence(self, other: "MultivariateNormal") -> Array:
         """``KL(self || other)``, shape ``broadcast(self.batch_shape, other.batch_shape)``."""
@@ -415,13 +435,44 @@ class MultivariateNormal:
     ) -> Any:
         """``P(lower_limit < X <= value)``, batched over `value` and ``batch_shape``.
 
+        Parameters
+        ----------
+        value : array, shape (..., D)
+            The upper limits (``+inf`` allowed). A Dask array gives lazy results, chunk by
+            chunk.
+        lower_limit : array, shape (..., D), optional
+            The lower limits (``-inf`` allowed); None (the default) is ``-inf``.
+        abseps, releps : float, optional
+            Absolute and relative tolerance: D >= 3 stops once the error estimate is at most
+            ``max(abseps, releps * cdf)`` (defaults 1e-5 and 0).
+        maxpts : int, optional
+            The most integrand evaluations a problem may take (default ``1_000_000 * D``).
+        rng : None, int, numpy.random.Generator or cupy.random.Generator, optional
+            The source of the random shifts (a CuPy generator for CuPy arrays, a NumPy one
+            otherwise); the same `rng` gives the same result.
+        return_error : bool, optional
+            Return ``(cdf, error_estimate)`` instead of the cdf alone.
+
+        Returns
+        -------
+        array, or (array, array) with `return_error`
+            Shape ``broadcast(value.shape[:-1], lower_limit.shape[:-1], batch_shape)``, in the
+            parameters' dtype, library and device.
+
+        Warns
+        -----
+        IntegrationWarning
+            Where a problem stopped at `maxpts` before its error estimate met the tolerance
+            (the result is returned with the error it reached), unless `return_error` is
+            True.
+
+        Notes
+        -----
         D = 1 and 2 are deterministic (D = 1 exact, reported error 0; D = 2 accurate to about
-        1e-14, reported error 1e-14); D >= 3 uses Genz's randomized quasi-Monte-Carlo method,
-        stopping when its error estimate is within ``max(abseps, releps * |cdf|)`` or after
-        `maxpts` points (default ``1_000_000 * D``); the same `rng` (None, an int seed, or a
-        ``numpy.random.Generator`` for CPU arrays and a ``cupy.random.Generator`` for CuPy
-        arrays) gives the same result. CuPy arrays are computed on their GPU. `return_error`
-        returns ``(cdf, error_estimate)``. A Dask `value` gives lazy results, chunk by chunk.
+        1e-14, reported error 1e-14); D >= 3 uses Genz's randomized quasi-Monte-Carlo method
+        (variable prioritization, randomly shifted lattice rules; the error estimate is 3.5
+        standard errors over the shifts). CuPy arrays are computed on their GPU (3 <= D <=
+        64; other D through host copies).
         """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         return dispatch(self._serving(value), _CDF, self, value, lower_limit, options, False)
@@ -437,10 +488,36 @@ class MultivariateNormal:
         rng: Any = None,
         return_error: bool = False,
     ) -> Any:
-        """``log P(lower_limit < X <= value)``, computed in log space so that far tails stay
-        finite (``logcdf(-40)`` of a standard normal is about -804.608). The keywords are those
-        of `cdf`, but `abseps`, `releps` and the error estimate apply to the log (so `abseps`
-        bounds the relative error of the probability)."""
+        """``log P(lower_limit < X <= value)``, accurate where the probability underflows
+        and where it is near 1.
+
+        The parameters are those of `cdf`; the tolerances apply to the probability ``P`` as in
+        `cdf` (``max(abseps, releps * P)``), tightened where ``P`` is small so that the log
+        keeps its meaning: the relative error of ``P`` (the error of its log) is at most
+        ``max(releps, min(abseps / P, 1e-3))``. At the defaults a logcdf costs about what the
+        cdf costs where ``P`` is not small, and is accurate to about 0.001 in the log (at
+        most) where it is. `return_error` returns the error estimate of the log.
+
+        Returns
+        -------
+        array, or (array, array) with `return_error`
+            As in `cdf`: the log of the probability, and the error estimate of the log.
+
+        Warns
+        -----
+        IntegrationWarning
+            As in `cdf`.
+
+        Notes
+        -----
+        Far tails stay finite: ``logcdf(-40)`` of a standard normal is about -804.608 (D >= 3
+        integrates the log of the integrand). Where ``P`` is near 1 the log is
+        ``log1p(-Q)`` of the probability outside, ``Q``, computed to a relative error (D = 1
+        exactly; D = 2 deterministically; D >= 3 where the union bound puts ``Q`` below 0.01,
+        as the sum over coordinates ``i`` of the probability of ``X_i`` outside its interval
+        and the earlier coordinates inside, on the NumPy engine), so that ``logcdf(20)`` of a
+        standard normal is -2.75e-89 and not 0.
+        """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         return dispatch(self._serving(value), _CDF, self, value, lower_limit, options, True)
 
@@ -477,6 +554,29 @@ class MultivariateNormal:
 
 
 # ---- what the engines and the tables use ------------------------------------------------
+
+
+def _as_arrays(*args: Any, names: list[str]) -> tuple[Namespace, tuple[Any, ...]]:
+    """`_backend.array_args` with NumPy's own conversion errors (a ragged list) as a
+    ``ValueError`` naming the parameter."""
+    try:
+        return _backend.array_args(*args, names=names)
+    except ValueError:
+        for a, name in zip(args, names, strict=True):
+            try:
+                np.asarray(a)
+            except ValueError as exc:
+                msg = f"`{name}` could not be converted to an array: {exc}"
+                raise ValueError(msg) from None
+        raise
+
+
+def _same_device(loc: Array, matrix: Array, name: str) -> None:
+    """``ValueError`` unless `loc` and `matrix` (parameter `name`) are on one device."""
+    dl, dm = _compat.device(loc), _compat.device(matrix)
+    if dl != dm:
+        msg = f"`loc` and `{name}` must be on the same device, got {dl} and {dm}"
+        raise ValueError(msg)
 
 
 def _no_kernels(dtype: Any, d: int) -> None:
