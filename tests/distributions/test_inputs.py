@@ -229,3 +229,66 @@ def test_cupy_takes_a_seed_sequence(cupy_only):
             dist.sample(5, rng=-1)
         with pytest.raises(TypeError, match=r"cupy.random.Generator for CuPy, got builtins.bool"):
             dist.sample(5, rng=True)
+
+
+# ---- float16, bfloat16, long double; validate_args=False (item 9) -----------------------------
+
+
+@pytest.mark.parametrize("param", ["covariance_matrix", "precision_matrix", "scale_tril"])
+def test_low_precision_parameters_compute_in_float32(xp, param):
+    """float16 (and bfloat16 where the library has it) parameters: the distribution computes in
+    float32 and every result is float32, equal to the float32 distribution's."""
+    names = [n for n in ("float16", "bfloat16") if hasattr(xp, n)]
+    chol = np.linalg.cholesky(COV)
+    matrix = {"covariance_matrix": COV, "precision_matrix": np.linalg.inv(COV), "scale_tril": chol}
+    ref = MultivariateNormal(
+        xp.asarray(np.zeros(2, np.float32)), **{param: xp.asarray(matrix[param].astype("f4"))}
+    )
+    for name in names:
+        low = getattr(xp, name)
+        for m in (xp.eye(2, dtype=low), xp.astype(xp.asarray(matrix[param]), low)):
+            d = MultivariateNormal(xp.zeros(2, dtype=low), **{param: m})
+            assert d.dtype == xp.float32
+            v = xp.asarray(np.array([[0.5, -1.0], [0.0, 0.0]], np.float32))
+            for out in (d.log_prob(v), d.prob(v), d.entropy(), d.sample(3, rng=0), d.scale_tril):
+                assert out.dtype == xp.float32
+        m = xp.astype(xp.asarray(matrix[param]), low)
+        d = MultivariateNormal(xp.zeros(2, dtype=low), **{param: m})
+        want = to_numpy(
+            MultivariateNormal(
+                xp.zeros(2, dtype=xp.float32), **{param: xp.astype(m, xp.float32)}
+            ).log_prob(v)
+        )
+        np.testing.assert_allclose(to_numpy(d.log_prob(v)), want, rtol=1e-6)
+        np.testing.assert_allclose(to_numpy(ref.log_prob(v)), want, rtol=1e-2)
+
+
+def test_float16_against_scipy():
+    d = MultivariateNormal(np.zeros(2, np.float16), covariance_matrix=np.eye(2, dtype=np.float16))
+    assert d.dtype == np.float32
+    v = np.array([[0.5, -1.0], [2.0, 0.0]], np.float16)
+    got = d.log_prob(v)
+    assert got.dtype == np.float32
+    want = scipy.stats.multivariate_normal(np.zeros(2), np.eye(2)).logpdf(v.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    np.testing.assert_allclose(d.cdf(np.zeros(2)), 0.25, rtol=1e-6)
+
+
+@pytest.mark.skipif(np.dtype(np.longdouble).itemsize <= 8, reason="long double is float64 here")
+@pytest.mark.parametrize("param", ["covariance_matrix", "precision_matrix", "scale_tril"])
+def test_long_double_is_a_type_error(param):
+    eye = np.eye(2, dtype=np.longdouble)
+    name = np.dtype(np.longdouble).name
+    with pytest.raises(TypeError, match=rf"`{param}` has dtype {name} \(long double\)"):
+        MultivariateNormal([0.0, 0.0], **{param: eye})
+    with pytest.raises(TypeError, match=rf"`loc` has dtype {name} \(long double\)"):
+        MultivariateNormal(np.zeros(2, np.longdouble), **{param: np.eye(2)})
+
+
+@pytest.mark.parametrize("param", ["covariance_matrix", "precision_matrix"])
+def test_validate_args_false_says_the_factorization_failed(param):
+    bad = [[1.0, 2.0], [2.0, 1.0]]
+    with pytest.raises(ValueError, match=rf"the Cholesky factorization of `{param}` \(shape"):
+        MultivariateNormal([0.0, 0.0], **{param: bad}, validate_args=False)
+    with pytest.raises(ValueError, match=rf"`{param}` must be positive definite, got shape"):
+        MultivariateNormal([0.0, 0.0], **{param: bad})

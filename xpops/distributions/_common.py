@@ -70,7 +70,7 @@ def float_dtype(xp: Namespace, arrays: list[Array], names: list[str]) -> Any:
         else:
             dtypes.append(default_float(xp, a))
     dtype = xp.result_type(*dtypes)
-    return xp.float32 if is_low_precision(xp, dtype) else dtype
+    return xp.result_type(dtype, xp.float32) if is_low_precision(xp, dtype) else dtype
 
 
 def result(out: Any) -> Any:

@@ -58,10 +58,16 @@ def _cholesky(xp: Namespace, name: str, m: Array, validate: bool) -> Array:
     try:
         return xp.linalg.cholesky(m)
     except Exception as exc:  # numpy/torch raise LinAlgError on a non-PD matrix
-        if validate or "LinAlgError" in type(exc).__name__:
+        if "LinAlgError" not in type(exc).__name__:
+            raise
+        if validate:
             msg = f"`{name}` must be positive definite, got shape {shape_of(m)} that is not"
-            raise ValueError(msg) from None
-        raise
+        else:  # the checks were skipped; the factorization itself could not go on
+            msg = (
+                f"the Cholesky factorization of `{name}` (shape {shape_of(m)}) failed: the "
+                f"matrix is not positive definite ({exc})"
+            )
+        raise ValueError(msg) from None
 
 
 def factor(xp: Namespace, name: str, m: Array, dtype: Any, validate: bool) -> Array:

@@ -70,7 +70,9 @@ class MultivariateNormal:
     validate_args : bool, optional
         If True (the default), check the parameters (and the values given to `log_prob`,
         `prob`, `cdf` and `logcdf`) and raise ``ValueError`` naming the parameter, its shape and
-        the constraint. Checks read data back from the device; False skips every check.
+        the constraint. Checks read data back from the device; False skips every check (a
+        factorization that cannot go on, a non-positive-definite matrix on NumPy or PyTorch,
+        still raises ``ValueError``, saying that the factorization failed).
 
     Raises
     ------
@@ -80,8 +82,8 @@ class MultivariateNormal:
         positive definite, a `scale_tril` with anything above the diagonal or a non-positive
         diagonal, non-finite `loc`.
     TypeError
-        For complex or non-numeric parameters (or values), or parameters of two array
-        libraries.
+        For complex or non-numeric parameters (or values), long double parameters (which the
+        factorizations of NumPy and SciPy do not take), or parameters of two array libraries.
     ValueError
         If `loc` and the matrix are on different devices.
 
@@ -210,8 +212,9 @@ class MultivariateNormal:
         Returns
         -------
         dtype
-            The promotion of the parameters' dtypes, integers and bools taken as the default
-            floating dtype of their library.
+            The promotion of the dtypes of the parameters given as arrays, integers and bools
+            taken as the default floating dtype of their library; float16 and bfloat16
+            parameters are computed in float32, which is then the dtype of every result.
         """
         return self._dtype
 
