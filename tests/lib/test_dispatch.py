@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 
 from xpops._lib import _dispatch
-from xpops._lib._dispatch import ENGINE_KINDS, Engines, cupy_fast_arrays, dispatch, engine_kind
+from xpops._lib._dispatch import (
+    ENGINE_KINDS,
+    Engines,
+    cupy_fast_arrays,
+    dispatch,
+    dispatch_kind,
+    engine_kind,
+)
 
 # ---- Engines --------------------------------------------------------------------------------
 
@@ -211,6 +218,21 @@ def test_dispatch_calls_the_engine_of_the_namespace(engine_package):
     assert dispatch(array_api_strict, engines, "a") == ("generic", ("a",), {})
     da = pytest.importorskip("dask.array")
     assert dispatch(da, engines, 5) == ("slow", (5,), {})
+
+
+def test_dispatch_kind_calls_the_engine_of_the_kind(engine_package):
+    engines = Engines(
+        engine_package,
+        numpy=_numpy_engine,
+        cupy="._slow:engine",
+        dask="._slow:engine",
+        generic=_generic_engine,
+    )
+    assert dispatch_kind("numpy", engines, 1, 2, c=3) == ("numpy", (1, 2), {"c": 3})
+    assert dispatch_kind("generic", engines, "a") == ("generic", ("a",), {})
+    assert dispatch_kind("cupy", engines, 5) == ("slow", (5,), {})
+    with pytest.raises(KeyError):
+        dispatch_kind("torch", engines)
 
 
 # ---- cupy_fast_arrays -----------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Engine choice: the one way every op's contract hands its validated arguments to an engine.
 
 Every public function ends with ``dispatch(xp, ENGINES, *args, **kwargs)``, where ``ENGINES``
-is the op's `Engines` table, built once at import. An engine is a callable or a
-``"module:attribute"`` string relative to the op's package; strings are imported on first use,
-so CuPy and Dask (and the op's kernels) load only when an array of theirs arrives.
+is the op's `Engines` table, built once at import; an op whose operands have no array-API
+namespace (sparse matrices) names the engine kind itself, with ``dispatch_kind``. An engine
+is a callable or a ``"module:attribute"`` string relative to the op's package; strings are
+imported on first use, so CuPy and Dask (and the op's kernels) load only when an array of
+theirs arrives.
 """
 
 import importlib
@@ -14,7 +16,14 @@ from typing import Any
 from . import _compat
 from ._typing import Namespace
 
-__all__ = ["ENGINE_KINDS", "Engines", "cupy_fast_arrays", "dispatch", "engine_kind"]
+__all__ = [
+    "ENGINE_KINDS",
+    "Engines",
+    "cupy_fast_arrays",
+    "dispatch",
+    "dispatch_kind",
+    "engine_kind",
+]
 
 #: The engine kinds, in the order they are tried: NumPy, CuPy, Dask, any other namespace.
 ENGINE_KINDS = ("numpy", "cupy", "dask", "generic")
@@ -99,6 +108,13 @@ class Engines:
 def dispatch(xp: Namespace, engines: Engines, /, *args: Any, **kwargs: Any) -> Any:
     """Call the engine of `engines` that serves namespace `xp` with the validated arguments."""
     return engines[engine_kind(xp)](*args, **kwargs)
+
+
+def dispatch_kind(kind: str, engines: Engines, /, *args: Any, **kwargs: Any) -> Any:
+    """Call the engine of `engines` of kind `kind` (one of `ENGINE_KINDS`) with the validated
+    arguments: `dispatch` for operands without an array-API namespace (sparse matrices),
+    whose validation names the kind from the operand's library."""
+    return engines[kind](*args, **kwargs)
 
 
 def cupy_fast_arrays(*arrays: Any, chars: str, min_ndim: int = 1) -> bool:
