@@ -15,7 +15,18 @@ import numpy as np
 from .._lib._compat import is_dask_array
 from .._lib._names import type_name
 
-__all__ = ["CUPYX", "SCIPY", "check_operands", "library", "quotient_dtype"]
+__all__ = [
+    "CUPYX",
+    "SCIPY",
+    "check_numeric",
+    "check_operands",
+    "check_same_shape",
+    "check_scalar",
+    "check_sparse",
+    "is_scalar",
+    "library",
+    "quotient_dtype",
+]
 
 #: The engine kinds that serve each library's sparse operands.
 SCIPY, CUPYX = "numpy", "cupy"
@@ -46,14 +57,15 @@ def library(a: Any) -> str | None:
     return SCIPY if sp is not None and sp.issparse(a) else None
 
 
-def check_sparse(a: Any, name: str) -> str:
-    """The library of sparse operand `a`; TypeError for anything but COO/CSR."""
+def check_sparse(a: Any, name: str, what: str = "") -> str:
+    """The library of sparse operand `a`; TypeError for anything but COO/CSR. `what` follows
+    the name in the message (``"'s chunks"`` for the chunks of a Dask array)."""
     kind = library(a)
     if kind is None:
-        msg = f"`{name}` must be {_SUPPORTED}, got {type_name(a)}"
+        msg = f"`{name}`{what} must be {_SUPPORTED}, got {type_name(a)}"
         raise TypeError(msg)
     if a.format not in _FORMATS:
-        msg = f"`{name}` must be {_SUPPORTED}, got {type_name(a)} (format {a.format!r})"
+        msg = f"`{name}`{what} must be {_SUPPORTED}, got {type_name(a)} (format {a.format!r})"
         raise TypeError(msg)
     return kind
 
@@ -69,10 +81,30 @@ def is_scalar(y: Any, kind: str) -> bool:
     return False
 
 
-def _check_numeric(dtype: Any, what: str) -> None:
+def check_numeric(dtype: Any, what: str) -> None:
+    """TypeError unless `dtype` is a bool, integer, floating or complex dtype."""
     if np.dtype(dtype).kind not in "biufc":
         msg = f"{what} must have a numeric dtype, got {dtype}"
         raise TypeError(msg)
+
+
+def check_scalar(y: Any) -> None:
+    """Check a scalar divisor (one that `is_scalar` accepts).
+
+    A Python int is taken as NumPy takes it in ``x.data / y``: converted to the result's
+    floating dtype, however large (NumPy holds ``10**30`` only as an object array, yet divides
+    by it), up to the largest int that converts to a float."""
+    if isinstance(y, int) and not isinstance(y, np.generic):
+        try:
+            float(y)
+        except OverflowError:
+            msg = (
+                f"`y` must be a Python int that converts to a float (magnitude below about "
+                f"1.8e308), got an int of {len(str(abs(y)))} digits"
+            )
+            raise OverflowError(msg) from None
+        return
+    check_numeric(y.dtype if hasattr(y, "dtype") else np.asarray(y).dtype, "`y`")
 
 
 def check_same_shape(x: Any, y: Any) -> None:
@@ -87,9 +119,9 @@ def check_operands(x: Any, y: Any) -> tuple[str, bool]:
     if is_dask_array(x) or is_dask_array(y):
         return "dask", False  # the Dask engine checks Dask operands (`_dask.divide`)
     kind = check_sparse(x, "x")
-    _check_numeric(x.dtype, "`x`")
+    check_numeric(x.dtype, "`x`")
     if is_scalar(y, kind):
-        _check_numeric(y.dtype if hasattr(y, "dtype") else np.asarray(y).dtype, "`y`")
+        check_scalar(y)
         return kind, True
     y_kind = library(y)
     if y_kind is None or y.format not in _FORMATS:
@@ -101,6 +133,6 @@ def check_operands(x: Any, y: Any) -> tuple[str, bool]:
             f"{type_name(y)}; move one of them first"
         )
         raise TypeError(msg)
-    _check_numeric(y.dtype, "`y`")
+    check_numeric(y.dtype, "`y`")
     check_same_shape(x, y)
     return kind, False

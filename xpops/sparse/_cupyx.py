@@ -176,9 +176,11 @@ def divide_scalar(x: Any, y: Any) -> Any:
     on_device = isinstance(y, cupy.ndarray)
     if on_device:
         dtype = quotient_dtype(x.dtype, y.dtype)
-    else:  # NumPy's rules, Python scalars weak (float32 / 2.0 stays float32)
+    else:  # NumPy's rules, Python scalars weak (float32 / 2.0 stays float32); a Python int
+        # of any size converted to the result's dtype as NumPy converts it (inf past its range)
         with np.errstate(all="ignore"):
             dtype = (np.ones(1, dtype=x.dtype) / y).dtype
+            y = dtype.type(y)
     xc = _canonical_csr(x, dtype)
     n = int(xc.data.size)
     if on_device:  # a 0-d device divisor is read by the kernel: no synchronisation

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from .._lib._dispatch import Engines
+from .._lib._dispatch import Engines, dispatch_kind
 from .._lib._typing import ArrayT
 from ._common import check_operands
 
@@ -43,13 +43,14 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     ----------
     x : sparse array or matrix
         Dividend: a COO or CSR ``scipy.sparse`` array or matrix (NumPy backend), or a COO or
-        CSR ``cupyx.scipy.sparse`` matrix (CuPy backend). Any numeric dtype; N-D COO where
-        SciPy has it.
+        CSR ``cupyx.scipy.sparse`` matrix (CuPy backend). Any numeric dtype; 1-D CSR and N-D
+        COO arrays where SciPy has them.
     y : sparse array or matrix, or scalar
         Divisor: a sparse operand of the same library and shape as `x` (converted to the
         format of `x` when it differs), or a scalar (a Python or NumPy number, a 0-d NumPy
         array, or with cupyx a 0-d CuPy array), by which only the stored values of `x` are
-        divided.
+        divided. A Python int is taken as NumPy takes it in ``x.data / y``, however large
+        (``10**30``, ``2**64``): converted to the result's dtype.
 
     Returns
     -------
@@ -65,9 +66,12 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     TypeError
         If `x` is not a COO/CSR sparse operand of SciPy or cupyx, `y` is neither such an
         operand nor a scalar, the two come from different libraries, or a dtype is not
-        numeric.
+        numeric. Dask arrays whose chunks are not such operands (dense or pydata chunks)
+        raise it when the call is made.
     ValueError
-        If the shapes of `x` and `y` differ.
+        If the shapes of `x` and `y` differ, or Dask operands are chunked differently.
+    OverflowError
+        If `y` is a Python int too large to convert to a float (as in NumPy).
 
     See Also
     --------
@@ -95,7 +99,10 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     summing first for operands that are not canonical; COO through CSR). The result never
     holds more than the two operands' entries; nothing of the dense size is allocated. Dask
     arrays whose chunks are SciPy or cupyx sparse matrices, chunked alike, are divided chunk
-    by chunk, lazily (a scalar `y` too).
+    by chunk, lazily (a scalar `y` too), in tasks named ``xpops-sparse.divide-<token>``. Their
+    chunk type is checked when the call is made, from the array's meta; where Dask shows an
+    ndarray meta (for dense chunks, and for chunks it cannot slice such as SciPy's COO
+    matrices) the first chunk is computed to tell them apart.
 
     Examples
     --------
@@ -115,4 +122,4 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
            [0. , 0. , 1.5]])
     """
     kind, scalar = check_operands(x, y)
-    return (_SCALAR_ENGINES if scalar else _ENGINES)[kind](x, y)
+    return dispatch_kind(kind, _SCALAR_ENGINES if scalar else _ENGINES, x, y)

@@ -66,11 +66,13 @@ def _canonical_csr(a: Any) -> Any:
 
 
 def _as_2d(a: Any) -> Any:
-    """A CSR or 2-D COO as it is; an N-D COO as a 2-D COO over (leading dimensions
-    flattened, last dimension)."""
+    """A 2-D CSR or COO as it is; a 1-D CSR as a 1 x n CSR on the same arrays; an N-D COO as
+    a 2-D COO over (leading dimensions flattened, last dimension)."""
     shape = tuple(a.shape)
     if len(shape) == 2:
         return a
+    if a.format == "csr":  # 1-D (SciPy's csr_array): its indptr is that of one row
+        return sp.csr_array((a.data, a.indices, a.indptr), shape=(1, *shape))
     coords = a.coords
     lead = shape[:-1]
     rows = (
@@ -230,7 +232,8 @@ def _build(
 
 
 def divide(x: Any, y: Any) -> Any:
-    """x / y of two SciPy COO/CSR operands of one shape; arguments validated."""
+    """x / y of two SciPy COO/CSR operands of one shape (1-D, 2-D or, COO, N-D); arguments
+    validated."""
     dtype = quotient_dtype(x.dtype, y.dtype)
     shape = tuple(x.shape)
     # both go to canonical CSR whatever their format (an N-D operand is a COO, flattened)
@@ -248,6 +251,7 @@ def divide_scalar(x: Any, y: Any) -> Any:
         data = xc.data / y
     idx = _index_dtype((x,), data.size, shape)
     indices, indptr = xc.indices, xc.indptr
-    if xc is x:  # a canonical CSR input: the result must not share its index arrays
+    if x.format == "csr" and np.may_share_memory(indices, x.indices):
+        # a canonical CSR input (or a view of a 1-D one): the result must not share its arrays
         indices, indptr = indices.copy(), indptr.copy()
     return _build(x, data, indices, indptr, shape, idx)
