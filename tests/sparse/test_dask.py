@@ -2,6 +2,8 @@
 against independent references), several chunkings each, NumPy chunks and, with a GPU, CuPy
 chunks."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -11,6 +13,7 @@ import xpops
 from .._dask_support import da
 
 nan, inf = np.nan, np.inf
+_sp_random: Any = sp.random  # its stubs lack random_state, which every supported SciPy takes
 
 
 # ---- sparse.divide --------------------------------------------------------------------------
@@ -19,8 +22,8 @@ nan, inf = np.nan, np.inf
 @pytest.mark.parametrize("fmt", ["csr", "coo"])
 @pytest.mark.parametrize("chunks", [(40, 30), (10, 15), (7, 11)])
 def test_sparse_divide(fmt, chunks):
-    x = sp.random(40, 30, density=0.1, format="csr", random_state=0)
-    y = sp.random(40, 30, density=0.1, format="csr", random_state=1)
+    x = _sp_random(40, 30, density=0.1, format="csr", random_state=0)
+    y = _sp_random(40, 30, density=0.1, format="csr", random_state=1)
     dx = da.from_array(x, chunks=chunks, asarray=False)
     dy = da.from_array(y, chunks=chunks, asarray=False)
     if fmt == "coo":  # COO chunks (Dask cannot slice a COO matrix itself)
@@ -40,7 +43,7 @@ def test_sparse_divide(fmt, chunks):
 
 
 def test_sparse_divide_dask_errors():
-    x = sp.random(20, 10, density=0.2, format="csr", random_state=0)
+    x = _sp_random(20, 10, density=0.2, format="csr", random_state=0)
     dx = da.from_array(x, chunks=(5, 10), asarray=False)
     with pytest.raises(ValueError, match="rechunk"):
         xpops.sparse.divide(dx, da.from_array(x, chunks=(10, 10), asarray=False))
@@ -50,17 +53,137 @@ def test_sparse_divide_dask_errors():
         xpops.sparse.divide(dx, x)
     with pytest.raises(TypeError, match="Dask array"):
         xpops.sparse.divide(x, dx)
-    dense = xpops.sparse.divide(da.ones((20, 10), chunks=(5, 10)), dx)  # checked per chunk:
-    with pytest.raises(TypeError, match="COO or CSR"):  # Dask hides COO chunks behind ndarrays
-        dense.compute()
+
+
+# ---- chunk types checked when the call is made ----------------------------------------------
+
+
+def _csr_dask(seed=0):
+    x = _sp_random(20, 10, density=0.2, format="csr", random_state=seed)
+    return x, da.from_array(x, chunks=(5, 10), asarray=False)
+
+
+def test_dense_chunks_refused_at_call_time():
+    """Dense chunks show an ndarray meta, as COO matrices do: refused when the call is made."""
+    x, dx = _csr_dask()
+    dense = da.ones((20, 10), chunks=(5, 10))
+    in_memory = r"must be a COO or CSR sparse array or matrix of scipy.sparse .*, got numpy.ndarray"
+    with pytest.raises(TypeError, match=rf"`x`'s chunks {in_memory}"):
+        xpops.sparse.divide(dense, dx)
+    with pytest.raises(TypeError, match=rf"`y`'s chunks {in_memory}"):
+        xpops.sparse.divide(dx, dense)
+    with pytest.raises(TypeError, match=rf"`x`'s chunks {in_memory}"):
+        xpops.sparse.divide(dense, 2.0)
+    with pytest.raises(TypeError, match=rf"`x`'s chunks {in_memory}"):  # a dense meta given
+        xpops.sparse.divide(dense.map_blocks(np.sin, meta=np.empty((0, 0))), 2.0)
+    with pytest.raises(TypeError, match=r"`x` must be a COO or CSR .*got numpy.ndarray"):
+        xpops.sparse.divide(np.ones((20, 10)), x)  # the in-memory message it mirrors
+
+
+def test_other_chunk_types_refused_at_call_time():
+    _, dx = _csr_dask()
+    csc = dx.map_blocks(sp.csc_matrix, meta=sp.csc_matrix((0, 0)))
+    with pytest.raises(TypeError, match=r"`x`'s chunks must be a COO or CSR .*format 'csc'"):
+        xpops.sparse.divide(csc, dx)
+    with pytest.raises(TypeError, match=r"`y`'s chunks must be a COO or CSR .*format 'csc'"):
+        xpops.sparse.divide(dx, csc)
+    masked = da.ma.masked_array(da.ones((20, 10), chunks=(5, 10)))  # an ndarray subclass
+    with pytest.raises(TypeError, match=r"`x`'s chunks must be a COO or CSR .*MaskedArray"):
+        xpops.sparse.divide(masked, 3)
+
+
+def test_pydata_sparse_chunks_refused_at_call_time():
+    sparse = pytest.importorskip("sparse")
+    _, dx = _csr_dask()
+    pydata = da.from_array(sparse.random((20, 10), density=0.2), chunks=(5, 10), asarray=False)
+    with pytest.raises(TypeError, match=r"`x`'s chunks must be a COO or CSR .*sparse"):
+        xpops.sparse.divide(pydata, dx)
+    with pytest.raises(TypeError, match=r"`y`'s chunks must be a COO or CSR .*sparse"):
+        xpops.sparse.divide(dx, pydata)
+
+
+def test_coo_matrix_chunks_behind_an_ndarray_meta():
+    """SciPy COO matrices are not sliceable: Dask shows an ndarray meta; they still work."""
+    x, dx = _csr_dask()
+    dcoo = dx.map_blocks(sp.coo_matrix, meta=sp.coo_matrix((0, 0)))
+    assert isinstance(dcoo._meta, np.ndarray)
+    want = xpops.sparse.divide(x.tocoo(), x.tocoo())
+    got = xpops.sparse.divide(dcoo, dcoo).compute()
+    assert got.nnz == want.nnz
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+    np.testing.assert_array_equal(
+        xpops.sparse.divide(dcoo, 2).compute().toarray(), (x / 2).toarray()
+    )
+
+
+def test_sparse_meta_computes_nothing_at_call_time():
+    _, dx = _csr_dask()
+    calls = []
+
+    def traced(block):
+        calls.append(1)
+        return block
+
+    traced_dx = dx.map_blocks(traced, meta=dx._meta)
+    calls.clear()
+    out = xpops.sparse.divide(traced_dx, traced_dx)
+    xpops.sparse.divide(traced_dx, 2.0)
+    assert calls == []
+    out.compute()
+    assert calls
+
+
+# ---- task names ------------------------------------------------------------------------------
+
+
+def test_task_names():
+    _, dx = _csr_dask()
+    _, dy = _csr_dask(seed=1)
+    out = xpops.sparse.divide(dx, dy)
+    assert out.name.startswith("xpops-sparse.divide-")
+    assert all(key[0] == out.name for key in _keys(out.__dask_keys__()))
+    assert xpops.sparse.divide(dx, dy).name == out.name  # deterministic
+    scalar = xpops.sparse.divide(dx, 2.0)
+    assert scalar.name.startswith("xpops-sparse.divide-")
+    assert scalar.name != out.name
+    assert xpops.sparse.divide(dx, 3.0).name != scalar.name
+    layers = out.__dask_graph__().layers
+    assert out.name in layers
+    assert not any("_divide_chunk" in name for name in layers)
+
+
+def _keys(nested):
+    for k in nested:
+        if isinstance(k, list):
+            yield from _keys(k)
+        else:
+            yield k
+
+
+# ---- Python ints beyond int64 ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("y", [10**30, 2**64, -(2**64)])
+def test_big_int_divisor(y):
+    x, dx = _csr_dask()
+    x32 = x.astype(np.float32)
+    for a, da_ in ((x, dx), (x32, dx.astype(np.float32))):
+        out = xpops.sparse.divide(da_, y)
+        want = xpops.sparse.divide(a, y)
+        assert out.dtype == want.dtype == (a.data / y).dtype
+        got = out.compute()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.toarray(), want.toarray())
+    with pytest.raises(OverflowError, match=r"`y` must be a Python int that converts"):
+        xpops.sparse.divide(dx, 10**400)
 
 
 def test_cupy_chunks_sparse_divide(cupy_only):
     cupy = cupy_only
     import cupyx.scipy.sparse as csp
 
-    x = sp.random(40, 30, density=0.1, format="csr", random_state=0, dtype=np.float32)
-    y = sp.random(40, 30, density=0.1, format="csr", random_state=1, dtype=np.float32)
+    x = _sp_random(40, 30, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    y = _sp_random(40, 30, density=0.1, format="csr", random_state=1, dtype=np.float32)
     dx = da.from_array(x, chunks=(10, 15), asarray=False).map_blocks(
         csp.csr_matrix, meta=csp.csr_matrix((0, 0), dtype=np.float32)
     )

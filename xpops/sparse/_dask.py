@@ -1,24 +1,28 @@
 """Dask engine of sparse.divide: chunk by chunk, lazily, for Dask arrays of sparse chunks.
 
-The Dask operands are checked here (`_check_operands`), before the graph is built; each chunk
-goes through the contract's checks of in-memory operands (`_common.check_operands`) before its
-in-memory engine (SciPy or cupyx, by the chunk's library), since
-Dask shows a chunk's type in the array's meta only when it can slice it (a COO chunk shows as
-an ndarray meta).
+The Dask operands are checked here (`_check_operands`), before the graph is built: the type of
+their chunks as the contract checks an in-memory operand's type, taken from the array's meta,
+or from its first chunk where the meta is an ndarray (Dask shows chunks that it cannot slice,
+such as SciPy's COO matrices, as an ndarray meta, just as it shows dense chunks). Each chunk
+also goes through the contract's checks (`_common.check_operands`) before its in-memory engine
+(SciPy or cupyx, by the chunk's library, `_lib._dask.chunk_engine`).
 """
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from .._lib._compat import is_dask_array
+from .._lib._dask import chunk_engine, task_name
+from .._lib._dispatch import Engines
 from .._lib._names import type_name
 from ._common import (
     CUPYX,
     SCIPY,
+    check_numeric,
     check_operands,
     check_same_shape,
+    check_scalar,
     check_sparse,
     is_scalar,
     library,
@@ -26,21 +30,38 @@ from ._common import (
 
 __all__ = ["divide", "divide_scalar"]
 
+#: The task names' op: ``xpops-sparse.divide-<token>``.
+_OP = "sparse.divide"
 
-def _in_memory_engine(kind: str, scalar: bool) -> Callable[[Any, Any], Any]:
-    """The SciPy or cupyx engine (`kind` ``"numpy"`` or ``"cupy"``), imported on first use."""
-    if kind == CUPYX:
-        from . import _cupyx as engine
-    else:
-        from . import _scipy as engine  # type: ignore[no-redef]
-    return engine.divide_scalar if scalar else engine.divide
+
+def _no_chunk_engine(a: Any, b: Any) -> Any:
+    """The engine of a chunk of no library of ours: none, since `check_operands` refuses it."""
+    msg = f"xpops.sparse.divide has no engine for chunks of type {type_name(a)}"
+    raise TypeError(msg)
+
+
+# The in-memory engines of a chunk (sparse / sparse, sparse / scalar), by the chunk's library.
+_CHUNK_ENGINES = Engines(
+    __package__,
+    numpy="._scipy:divide",
+    cupy="._cupyx:divide",
+    dask=_no_chunk_engine,
+    generic=_no_chunk_engine,
+)
+_SCALAR_CHUNK_ENGINES = Engines(
+    __package__,
+    numpy="._scipy:divide_scalar",
+    cupy="._cupyx:divide_scalar",
+    dask=_no_chunk_engine,
+    generic=_no_chunk_engine,
+)
 
 
 def _divide_chunk(a: Any, b: Any) -> Any:
     """``divide(a, b)`` of two in-memory chunks (or a chunk and a scalar), checked as the
     contract checks its operands."""
-    kind, scalar = check_operands(a, b)
-    return _in_memory_engine(kind, scalar)(a, b)
+    _, scalar = check_operands(a, b)
+    return chunk_engine(_SCALAR_CHUNK_ENGINES if scalar else _CHUNK_ENGINES, a)(a, b)
 
 
 def divide(x: Any, y: Any) -> Any:
@@ -50,12 +71,15 @@ def divide(x: Any, y: Any) -> Any:
 
     if _check_operands(x, y):
         return divide_scalar(x, y)
-    return da.map_blocks(_divide_chunk, x, y, dtype=_dtype(x, y), meta=_meta(x, y._meta))
+    meta = _meta(x, y._meta)
+    name = task_name(_OP, x, y)
+    return da.map_blocks(_divide_chunk, x, y, dtype=_dtype(x, y), meta=meta, name=name)
 
 
 def divide_scalar(x: Any, y: Any) -> Any:
     """x / y for a Dask array `x` of sparse chunks and a scalar `y`; arguments validated."""
-    return x.map_blocks(_divide_chunk, y, dtype=_dtype(x, y), meta=_meta(x, y))
+    name = task_name(_OP, x, y)
+    return x.map_blocks(_divide_chunk, y, dtype=_dtype(x, y), meta=_meta(x, y), name=name)
 
 
 def _dtype(x: Any, y: Any) -> Any:
@@ -76,26 +100,43 @@ def _is_array_like(a: Any) -> bool:
     return hasattr(a, "shape") and getattr(a, "ndim", 0) > 0
 
 
-def _check_operands(x: Any, y: Any) -> bool:
-    """Validate Dask operands whose chunks are sparse; whether `y` is a scalar.
+def _check_chunks(a: Any, name: str) -> tuple[str, Any]:
+    """The library of the chunks of Dask array `a`, checked as an in-memory operand is, and a
+    sample of them (the meta, or the first chunk).
 
-    Dask records the chunk type in ``_meta`` only when it can slice it (a COO chunk shows as
-    an ndarray meta): a sparse meta is checked now, chunks otherwise when computed."""
+    A sparse meta shows the chunks' type. An ndarray meta is what Dask shows both for dense
+    chunks and for chunks it cannot slice (SciPy's COO matrices): there the first chunk is
+    computed to tell them apart (the cost of one chunk; the other chunks are checked when
+    they are computed)."""
+    sample = a._meta
+    if isinstance(sample, np.ndarray):
+        sample = a.blocks[(0,) * a.ndim].compute()
+    kind = check_sparse(sample, name, "'s chunks")
+    check_numeric(a.dtype, f"`{name}`")
+    return kind, sample
+
+
+def _check_operands(x: Any, y: Any) -> bool:
+    """Validate Dask operands whose chunks are sparse; whether `y` is a scalar."""
     if not is_dask_array(x):
         msg = f"`y` is a Dask array, so `x` must be one too, got {type_name(x)}"
         raise TypeError(msg)
-    if library(x._meta) is not None:
-        check_sparse(x._meta, "x")
     if not is_dask_array(y):
-        if is_scalar(y, library(x._meta) or SCIPY):
-            return True
-        msg = (
-            f"`x` is a Dask array, so `y` must be a Dask array of sparse chunks or a scalar, "
-            f"got {type_name(y)}"
-        )
-        raise TypeError(msg)
-    if library(y._meta) is not None:
-        check_sparse(y._meta, "y")
+        if not (is_scalar(y, SCIPY) or is_scalar(y, CUPYX)):
+            msg = (
+                f"`x` is a Dask array, so `y` must be a Dask array of sparse chunks or a "
+                f"scalar, got {type_name(y)}"
+            )
+            raise TypeError(msg)
+        kind, _ = _check_chunks(x, "x")
+        if not is_scalar(y, kind):
+            msg = (
+                f"`y` must be a scalar of the library of `x`'s chunks, got {type_name(y)}; "
+                f"move it first"
+            )
+            raise TypeError(msg)
+        check_scalar(y)
+        return True
     check_same_shape(x, y)
     if x.chunks != y.chunks:
         msg = (
@@ -103,4 +144,11 @@ def _check_operands(x: Any, y: Any) -> bool:
             f"{x.chunks} and {y.chunks}; rechunk one of them, e.g. y = y.rechunk(x.chunks)"
         )
         raise ValueError(msg)
+    (x_kind, x_sample), (y_kind, y_sample) = _check_chunks(x, "x"), _check_chunks(y, "y")
+    if x_kind != y_kind:
+        msg = (
+            f"`x` and `y` must have chunks of the same library, got chunks of "
+            f"{type_name(x_sample)} and {type_name(y_sample)}; move one of them first"
+        )
+        raise TypeError(msg)
     return False
