@@ -8,6 +8,7 @@ import pytest
 
 import xpops
 
+from .._support import to_numpy
 from ._common import NUMPY_PATHS, assert_solution, make_factor, reference
 
 LONG_DTYPES = ["longdouble", "clongdouble"]
@@ -115,19 +116,22 @@ def test_lists_as_numpy_arrays():
 
 
 def test_lists_take_the_other_arguments_library(xp):
-    """A list next to an array becomes an array of its library, on its device."""
+    """A list next to an array becomes an array of its library, on its device, with that
+    library's default dtype (PyTorch: float32), then promotes as arrays do."""
     rng = np.random.default_rng(23)
-    factor, a, _ = make_factor(rng, (), 4, junk=0.0)
+    factor, _, _ = make_factor(rng, (), 4, junk=0.0)
     b = rng.standard_normal((4, 2))
     y, x = xp.asarray(factor), xp.asarray(b)
-    for got in (
-        xpops.linalg.cholesky_solve(b.tolist(), y),
-        xpops.linalg.cholesky_solve(x, factor.tolist()),
+    for got, rhs, low in (
+        (xpops.linalg.cholesky_solve(b.tolist(), y), xp.asarray(b.tolist()), y),
+        (xpops.linalg.cholesky_solve(x, factor.tolist()), x, xp.asarray(factor.tolist())),
     ):
         assert type(got) is type(y)
         assert got.device == y.device
-        # PyTorch makes float32 of a list of floats, NumPy float64
-        assert_solution(got, reference(a, b), "float32" if got.dtype != y.dtype else "float64")
+        # the reference: the operands as the library made them, solved in float64
+        low64 = to_numpy(low).astype(np.float64)
+        want = reference(low64 @ low64.T, to_numpy(rhs).astype(np.float64))
+        assert_solution(got, want, "float64" if got.dtype == y.dtype else "float32")
 
 
 def test_python_scalars_are_zero_dimensional_arrays():
