@@ -292,3 +292,40 @@ def test_validate_args_false_says_the_factorization_failed(param):
         MultivariateNormal([0.0, 0.0], **{param: bad}, validate_args=False)
     with pytest.raises(ValueError, match=rf"`{param}` must be positive definite, got shape"):
         MultivariateNormal([0.0, 0.0], **{param: bad})
+
+
+# ---- one 0-d result type on NumPy (item 14) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("d", [1, 2, 3])
+def test_numpy_results_of_one_point_are_0d_arrays(d):
+    """The documented convention: a result of shape () is a 0-d numpy.ndarray in every method
+    (NumPy's operations on 0-d arrays would give NumPy scalars)."""
+    dist = MultivariateNormal(np.zeros(d), covariance_matrix=np.eye(d) + 0.2)
+    x = np.full(d, 0.3)
+    outs = {
+        "log_prob": dist.log_prob(x),
+        "prob": dist.prob(x),
+        "log_prob(list)": dist.log_prob(x.tolist()),
+        "entropy": dist.entropy(),
+        "kl_divergence": dist.kl_divergence(dist),
+        "kl_divergence()": kl_divergence(
+            dist, MultivariateNormal(0.0, covariance_matrix=np.eye(d))
+        ),
+        "cdf": dist.cdf(x, rng=0),
+        "logcdf": dist.logcdf(x, rng=0),
+    }
+    for name in ("cdf", "logcdf"):
+        value, error = getattr(dist, name)(x, rng=0, return_error=True)
+        outs[f"{name} value"], outs[f"{name} error"] = value, error
+    for name, out in outs.items():
+        assert type(out) is np.ndarray, name
+        assert out.shape == (), name
+        assert out.dtype == np.float64, name
+    np.testing.assert_allclose(
+        outs["log_prob"], scipy.stats.multivariate_normal(np.zeros(d), np.eye(d) + 0.2).logpdf(x)
+    )
+    batched = MultivariateNormal(np.zeros((2, d)), covariance_matrix=np.eye(d))
+    for out in (batched.log_prob(x), batched.entropy(), batched.cdf(x, rng=0)):
+        assert type(out) is np.ndarray
+        assert out.shape == (2,)

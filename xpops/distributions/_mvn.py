@@ -32,6 +32,7 @@ from ._common import (
     float_dtype,
     is_array,
     parameter_batch,
+    result,
     sample_shape,
     shape_of,
     value_batch,
@@ -97,6 +98,10 @@ class MultivariateNormal:
 
     On CuPy, ``log_prob``/``prob`` and ``sample``/``rsample`` run fused kernels for
     D <= 32 (float32, float64): one pass over the points, the normals drawn in the kernel.
+
+    Results are arrays of the parameters' library: on NumPy a result of shape ``()`` (one
+    point, one distribution) is a 0-d ``numpy.ndarray``, never a NumPy scalar, in every
+    method (`log_prob`, `prob`, `entropy`, `kl_divergence`, `cdf`, `logcdf`).
 
     Dask: a Dask `value` gives lazy results chunk by chunk; Dask parameters (`loc` and the
     matrix both Dask arrays, chunked along batch dimensions, the last dimensions one chunk)
@@ -367,20 +372,20 @@ class MultivariateNormal:
         else:
             z = solve_triangular(self._tril, diff[..., None], lower=True, xp=xp)[..., 0]
             maha = xp.sum(z * z, axis=-1)
-        return -0.5 * (self._d * _LOG_2PI + maha) - self._half_log_det()
+        return result(-0.5 * (self._d * _LOG_2PI + maha) - self._half_log_det())
 
     def prob(self, value: Any) -> Array:
         """Density at `value` (lazy for a Dask `value`)."""
         return dispatch(self._serving(value), _PROB, self, value)
 
     def _prob(self, value: Any) -> Array:
-        return self._xp.exp(self.log_prob(value))
+        return result(self._xp.exp(self.log_prob(value)))
 
     def entropy(self) -> Array:
         """Differential entropy, shape ``batch_shape``."""
         xp = self._xp
         h = 0.5 * self._d * (1.0 + _LOG_2PI) + self._half_log_det()
-        return xp.broadcast_to(xp.asarray(h, dtype=self._dtype), self._batch_shape)
+        return result(xp.broadcast_to(xp.asarray(h, dtype=self._dtype), self._batch_shape))
 
     def rsample(self, shape: tuple[int, ...] | int = (), *, rng: Any = None) -> Array:
         """``loc + L eps``: shape ``shape + batch_shape + event_shape`` (differentiable in
@@ -693,7 +698,7 @@ def _kl_normal_normal(p: MultivariateNormal, q: MultivariateNormal) -> Array:
 def _kl_in_memory(p: MultivariateNormal, q: MultivariateNormal, batch: tuple[int, ...]) -> Array:
     xp = p._xp
     dtype = xp.result_type(p._dtype, q._dtype)
-    return normal_kl(xp, p._loc, p._tril, q._loc, q._tril, batch, dtype)
+    return result(normal_kl(xp, p._loc, p._tril, q._loc, q._tril, batch, dtype))
 
 
 _KL = _engines(_kl_in_memory, "kl_divergence")
