@@ -160,3 +160,57 @@ def test_resolve_namespace_rejects_non_namespaces():
         resolve_namespace("numpy")
     with pytest.raises(TypeError, match=r"got numpy\.ndarray"):
         resolve_namespace(np.ones(2))
+
+
+# ---- array_args: lists, scalars and NumPy next to Dask ----------------------------------------
+
+
+def test_array_args_lists_and_scalars_become_numpy():
+    from xpops._backend import array_args
+
+    xp, (a, b, c) = array_args([1.0, 2.0], None, 3, names=["x", "y", "z"])
+    assert xp.__name__ == "array_api_compat.numpy"
+    np.testing.assert_array_equal(a, np.array([1.0, 2.0]))
+    assert b is None
+    assert isinstance(c, np.ndarray)
+    assert c.shape == ()
+    assert c.dtype == np.asarray(3).dtype
+
+
+def test_array_args_lists_follow_the_arrays_namespace():
+    import array_api_strict
+
+    from xpops._backend import array_args
+
+    x = array_api_strict.asarray([1.0, 2.0])
+    xp, (a, b) = array_args(x, [[3.0]], names=["x", "y"])
+    assert xp is array_api_strict
+    assert a is x
+    assert type(b) is type(x)
+    assert b.shape == (1, 1)
+
+
+def test_array_args_numpy_next_to_dask_becomes_dask():
+    da = pytest.importorskip("dask.array")
+    from xpops._backend import array_args
+
+    x = da.ones((4, 2), chunks=2)
+    xp, (a, b, c) = array_args(x, np.arange(2.0), [1.0, 2.0], names=["x", "y", "z"])
+    assert "dask" in xp.__name__
+    assert a is x
+    assert isinstance(b, da.Array)
+    assert isinstance(c, da.Array)
+    np.testing.assert_array_equal(b.compute(), np.arange(2.0))
+
+
+def test_array_args_errors():
+    import array_api_strict
+
+    from xpops._backend import array_args
+
+    with pytest.raises(TypeError, match=r"`value` must be an array, got builtins\.str"):
+        array_args("ab", names=["value"])
+    with pytest.raises(TypeError, match="arrays from different libraries cannot be mixed"):
+        array_args(np.ones(2), array_api_strict.asarray([1.0]), names=["x", "y"])
+    with pytest.raises(ValueError, match=r"`x` must be an array or a nested sequence of one shape"):
+        array_args([[1, 2], [3]], names=["x"])

@@ -262,7 +262,10 @@ def array_args(*args: Any, names: Sequence[str] | None = None) -> tuple[Namespac
             raise TypeError(msg)
     if not arrays:
         xp = _compat.wrapped_namespace("numpy")
-        return xp, tuple(None if a is None else np.asarray(a) for a in args)
+        return xp, tuple(
+            None if a is None else _numpy_array(a, name)
+            for a, name in zip(args, names, strict=True)
+        )
     libraries = {_library(a) for a in arrays}
     if libraries == {"numpy", "dask"}:
         xp = get_namespace(*(a for a in arrays if _library(a) == "dask"))
@@ -270,11 +273,11 @@ def array_args(*args: Any, names: Sequence[str] | None = None) -> tuple[Namespac
         xp = get_namespace(*arrays)  # TypeError for any other mix
     device = _compat.device(arrays[0]) if "dask" not in libraries else None
     out: list[Any] = []
-    for a in args:
+    for a, name in zip(args, names, strict=True):
         if a is None:
             out.append(None)
         elif is_array_like(a):
-            out.append(_as_array(xp, a, device))
+            out.append(_as_array(xp, a, device, name))
         elif "dask" in libraries and _library(a) == "numpy":
             out.append(_as_dask(a))
         else:
@@ -290,9 +293,26 @@ def _library(a: Any) -> str:
     return type(a).__module__.split(".")[0]
 
 
-def _as_array(xp: Namespace, a: Any, device: Any) -> Any:
+def _numpy_array(a: Any, name: str) -> Any:
+    """`a` (a list, tuple or Python scalar) as a NumPy array; a ragged nested sequence is a
+    ValueError naming the parameter, not NumPy's own message."""
+    try:
+        return np.asarray(a)
+    except ValueError:
+        msg = (
+            f"`{name}` must be an array or a nested sequence of one shape (like NumPy's "
+            "arrays), got a ragged nested sequence"
+        )
+        raise ValueError(msg) from None
+
+
+def _as_array(xp: Namespace, a: Any, device: Any, name: str) -> Any:
+    """`a` as an array of `xp` on `device`, by `xp`'s own rules (its default dtypes)."""
+    host = _numpy_array(a, name)
     if _compat.is_dask_namespace(xp):
-        return _as_dask(np.asarray(a))
+        return _as_dask(host)
+    if _compat.is_numpy_namespace(xp):
+        return host
     if device is None:
         return xp.asarray(a)
     return xp.asarray(a, device=device)
