@@ -1,4 +1,5 @@
-"""CuPy engine of sparse.divide: cupyx operands, divided by the kernels of `_cupyx_kernels`.
+"""CuPy engine of sparse.divide: cupyx operands, divided by the kernels of `_cupyx_kernels`
+(the families `_cupyx_match` and `_cupyx_fill`).
 
 Both operands are brought to canonical CSR of the result's dtype. Operands that are not
 canonical (COO, unsorted or repeated positions) are sorted and summed first by the kernel
@@ -17,7 +18,9 @@ import numpy as np
 
 from .._lib._cuda import grid_1d, multiprocessors
 from ._common import quotient_dtype
-from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS, kernels
+from ._cupyx_fill import fill_kernels
+from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS
+from ._cupyx_match import match_kernels
 
 __all__ = ["divide", "divide_scalar"]
 
@@ -69,7 +72,7 @@ def _summed_csr(a: Any, dtype: np.dtype) -> Any:
     starts = cupy.flatnonzero(first)
     data = cupy.empty(starts.size, dtype=dtype)
     if starts.size:
-        kernel = kernels(dtype.name, "int32")["sum_runs"]
+        kernel = fill_kernels(dtype.name, "int32")["sum_runs"]
         vals = a.data.astype(dtype, copy=False)
         args: tuple[Any, ...] = (vals, order, starts, np.int64(starts.size), np.int64(n), data)
         kernel(_grid(starts.size), (THREADS,), args)
@@ -109,7 +112,7 @@ def _values(a, a_value, b, b_step, b_value, n, dtype) -> cupy.ndarray:
             np.int64(n),
             out,
         )
-        kernels(dtype.name, "int32")["values"](_grid(n), (THREADS,), args)
+        fill_kernels(dtype.name, "int32")["values"](_grid(n), (THREADS,), args)
     return out
 
 
@@ -124,7 +127,7 @@ def divide(x: Any, y: Any) -> Any:
     )
     rows = x.shape[0]
     nx, ny = int(xidx.size), int(yidx.size)
-    launch = kernels(dtype.name, index.name)
+    match, fill = match_kernels(index.name), fill_kernels(dtype.name, index.name)
 
     if nx == 0:  # the pattern of y, 0 / y
         data = _values(None, 0, yc.data, 1, 0, ny, dtype)
@@ -138,18 +141,18 @@ def divide(x: Any, y: Any) -> Any:
     status = cupy.empty(chunks, dtype=np.uint64)  # look-back flags of `scan`
     counters = cupy.empty(2, dtype=np.uint64)  # block tickets of `scan`, chunks queued by `fill`
     args: tuple[Any, ...] = (xptr, np.int64(rows), n_x, first, last, status, counters)
-    launch["tile_rows"]((-(-max(rows, chunks) // THREADS),), (THREADS,), args)
+    match["tile_rows"]((-(-max(rows, chunks) // THREADS),), (THREADS,), args)
     lb = cupy.empty(nx, dtype=index)  # each entry's lower bound in y
     bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)
     counts = cupy.empty(tiles, dtype=index)
     args = (xptr, xidx, yptr, yidx, first, last, n_x, lb, bits, counts)
-    launch["match"](_grid(32 * tiles), (THREADS,), args)
+    match["match"](_grid(32 * tiles), (THREADS,), args)
     prefix = cupy.empty(tiles + 1, dtype=index)  # matches in the tiles before each
-    launch["scan"]((chunks,), (THREADS,), (counts, np.int64(tiles), prefix, counters, status))
+    match["scan"]((chunks,), (THREADS,), (counts, np.int64(tiles), prefix, counters, status))
     queued = counters[1:]
     indptr = cupy.empty(rows + 1, dtype=index)
     args = (xptr, yptr, bits, prefix, np.int64(rows), n_x, indptr)
-    launch["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
+    match["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
     queue = cupy.empty(3 * (ny // (RUN + 1) + ny // CHUNK + 1), dtype=np.int64)
     # The result is written into buffers of the largest possible size, nx + ny, so that every
     # kernel is queued before the one host synchronisation: sized exactly after it, the GPU
@@ -159,9 +162,9 @@ def divide(x: Any, y: Any) -> Any:
     cap = np.int32(SLOTS_CAP)
     args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, cap, indices, data, queued)
     args += (queue,)
-    launch["fill"](_grid(32 * tiles), (THREADS,), args)
+    fill["fill"](_grid(32 * tiles), (THREADS,), args)
     args = (yidx, yc.data, queued, queue, indices, data)
-    launch["runs"]((BLOCKS_PER_SM * multiprocessors(),), (THREADS,), args)
+    fill["runs"]((BLOCKS_PER_SM * multiprocessors(),), (THREADS,), args)
     out = _make_csr(data, indices, indptr, x.shape)  # host work while the kernels run
     nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
     if nnz < (nx + ny) // 2:  # do not keep more than twice the memory the result needs
