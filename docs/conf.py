@@ -1,7 +1,8 @@
 """Sphinx configuration of the xpops documentation.
 
 Build with ``sphinx-build -W --keep-going -b html docs docs/_build/html``. Nothing is fetched
-from the network: there is no intersphinx, and the theme links only to local pages.
+from the network, at build time or when a page is read: there is no intersphinx, the theme
+links only to local pages, and MathJax is copied into the site (sphinx-mathjax-offline).
 """
 
 import xpops
@@ -18,6 +19,8 @@ extensions = [
     "numpydoc",
     "myst_parser",
     "matplotlib.sphinxext.plot_directive",
+    # MathJax served from the built site (_static/mathjax), not fetched from a CDN
+    "sphinx-mathjax-offline",
 ]
 
 # plots are drawn at build time from the code in the page (no files are fetched)
@@ -28,6 +31,7 @@ plot_html_show_formats = False
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build"]
+templates_path = ["_templates"]  # autosummary's page templates, with short page titles
 
 # autodoc / autosummary: the stubs are generated into docs/api/generated/ (git-ignored).
 autosummary_generate = True
@@ -48,5 +52,8 @@ html_title = f"xpops {release}"
 html_theme_options = {
     "navigation_with_keys": False,
     "show_toc_level": 2,
+    # the top bar holds this many page links (the short titles of index.md's toctrees) and a
+    # "More" menu, on one line at 1280 px
+    "header_links_before_dropdown": 4,
 }
 html_static_path: list[str] = []
