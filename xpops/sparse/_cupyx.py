@@ -17,6 +17,7 @@ import cupyx.scipy.sparse as csp
 import numpy as np
 
 from .._lib._cuda import grid_1d, multiprocessors
+from .._lib._dtypes import INT32_MAX
 from ._common import quotient_dtype
 from ._cupyx_fill import fill_kernels
 from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS
@@ -77,7 +78,7 @@ def _summed_csr(a: Any, dtype: np.dtype) -> Any:
         args: tuple[Any, ...] = (vals, order, starts, np.int64(starts.size), np.int64(n), data)
         kernel(_grid(starts.size), (THREADS,), args)
     unique = keys[starts]
-    index = np.int32 if max(nrows, ncols, n) < 2**31 else np.int64
+    index = np.int32 if max(nrows, ncols, n) <= INT32_MAX else np.int64
     indptr = cupy.searchsorted(unique // ncols if ncols else unique, cupy.arange(nrows + 1))
     indices = (unique % ncols if ncols else unique).astype(index)
     return _make_csr(data, indices, indptr.astype(index), (nrows, ncols))

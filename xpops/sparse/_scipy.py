@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._lib._dtypes import INT32_MAX
 from .._lib._scipy_sparse import csr_plus_csr
 from .._lib._threads import helper_thread
 from ._common import quotient_dtype
 
 __all__ = ["divide", "divide_scalar"]
 
-_INT32_MAX = np.iinfo(np.int32).max
 # Rows are merged in blocks of about this many entries of x and y together, so that the
 # intermediates are small enough for the allocator to reuse (see above). Best measured for the
 # case above: blocks of 16k entries cost Python overhead (1.57x SciPy's x + y), of 256k
@@ -198,7 +198,7 @@ def _index_arrays(a: Any) -> tuple[np.ndarray, ...]:
 def _index_dtype(operands: tuple[Any, ...], nnz: int, shape: tuple[int, ...]) -> np.dtype:
     """int64 if an operand indexes with int64 or the result needs it, else int32."""
     wide = any(arr.dtype == np.int64 for a in operands for arr in _index_arrays(a))
-    big = max(nnz, *shape) > _INT32_MAX
+    big = max(nnz, *shape) > INT32_MAX
     return np.dtype(np.int64 if wide or big else np.int32)
 
 
