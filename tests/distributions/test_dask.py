@@ -2,6 +2,7 @@
 against independent references), several chunkings each, NumPy chunks and, with a GPU, CuPy
 chunks."""
 
+import copy
 import pickle
 
 import numpy as np
@@ -232,13 +233,52 @@ def test_mvn_carried_parameters():
     dist = _mvn(np.random.default_rng(10), (2,), 3)
     carried = _Carried(dist)
     assert carried.arrive() is dist
-    again = pickle.loads(pickle.dumps(carried)).arrive()
+    blob = pickle.dumps(carried)
+    assert b"array_api_compat" in blob  # the namespace by name, not by cloudpickle
+    again = pickle.loads(blob).arrive()
     assert again is not dist
     assert again._xp is dist._xp
     for name in ("loc", "scale_tril", "covariance_matrix"):
         np.testing.assert_array_equal(getattr(again, name), getattr(dist, name))
     v = np.random.default_rng(11).standard_normal((4, 2, 3))
     np.testing.assert_array_equal(again.log_prob(v), dist.log_prob(v))
+    # the distribution itself takes the standard pickle, and a copy keeps its arrays
+    same = pickle.loads(pickle.dumps(dist))
+    assert same.batch_shape == dist.batch_shape
+    assert same.dtype == dist.dtype
+    np.testing.assert_array_equal(same.log_prob(v), dist.log_prob(v))
+    shallow = copy.copy(dist)
+    assert shallow.scale_tril.base is dist.scale_tril.base or np.shares_memory(
+        shallow.scale_tril, dist.scale_tril
+    )
+
+
+def test_mvn_task_names():
+    """Every graph layer of the engine is named xpops-multivariate_normal-<method>-<token>: no
+    helper names (``_draw_chunk``, ``_method_block``) reach the dashboard."""
+    rng = np.random.default_rng(18)
+    dist = _mvn(rng, (4,), 3)
+    lazy, _ = _dask_params(rng, (4,), 3, (2,))
+    dv = da.from_array(rng.standard_normal((6, 4, 3)), chunks=(3, 4, 3))
+    outs = {
+        "log_prob": [dist.log_prob(dv), lazy.log_prob(dv)],
+        "prob": [dist.prob(dv), lazy.prob(dv)],
+        "cdf": [dist.cdf(dv, rng=1), lazy.cdf(dv, rng=1)],
+        "logcdf": [dist.logcdf(dv, rng=1), lazy.logcdf(dv, rng=1)],
+        "sample": [dist.sample((6,), rng=1, chunks=3), lazy.sample((6,), rng=1)],
+        "kl_divergence": [lazy.kl_divergence(lazy)],
+        "factor": [lazy.scale_tril],
+    }
+    for method, arrays in outs.items():
+        for out in arrays:
+            assert out.name.startswith(f"xpops-multivariate_normal-{method}-"), out.name
+            for layer in out.__dask_graph__().layers:
+                if not layer.startswith(("array-", "broadcast_to-", "rechunk-", "getitem-")):
+                    assert layer.startswith("xpops-multivariate_normal-"), layer
+    # a name is a token of the inputs: the same call, the same name; other values, another
+    assert dist.log_prob(dv).name == dist.log_prob(dv).name
+    assert dist.log_prob(dv).name != dist.log_prob(dv + 1).name
+    assert dist.sample((6,), rng=1, chunks=3).name != dist.sample((6,), rng=2, chunks=3).name
 
 
 def test_mvn_methods_get_the_chunks_themselves(monkeypatch):
@@ -254,14 +294,14 @@ def test_mvn_methods_get_the_chunks_themselves(monkeypatch):
         covariance_matrix=da.from_array(to_cov(d), chunks=(1, 3, 3)),
     )
     seen = []
-    log_prob = MultivariateNormal.log_prob
+    log_prob = MultivariateNormal._log_prob  # the chunks call the in-memory code
 
     def spy(self, value):
         if isinstance(value, np.ndarray):
             seen.append(value.__array_interface__["data"][0])
         return log_prob(self, value)
 
-    monkeypatch.setattr(MultivariateNormal, "log_prob", spy)
+    monkeypatch.setattr(MultivariateNormal, "_log_prob", spy)
     for dist, chunks in ((d, (10, 2, 3)), (lazy, (10, 1, 3))):
         dv = da.from_array(v, chunks=chunks).persist()
         stored = {b.__array_interface__["data"][0] for b in dict(dv.dask).values()}

@@ -11,15 +11,14 @@ two) must be one chunk.
 
 The distribution class hands every lazy call to `run`, with `tools` (``ChunkTools``): what the
 chunks need of the class (a checked factor, the distribution of a chunk's parameters or of a
-slice of the batch). Of a distribution this engine reads only its public properties. Chunk
+slice of the batch, its in-memory methods, the bytes it holds). Of a distribution this engine
+reads only its public properties; it travels in the tasks as an opaque object that pickles
+itself. Every graph layer is named ``xpops-multivariate_normal-<method>-<token>``. Chunk
 functions are module-level: a closure would be pickled into every task.
 """
 
 import copy
-import importlib
 import math
-import numbers
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -27,12 +26,14 @@ import numpy as np
 
 from .. import _backend
 from .._lib import _compat
-from .._lib._dask import block_library, check_core_chunks, child_seed, single_block
+from .._lib._dask import block_library, check_core_chunks, child_seed, single_block, task_name
 from .._lib._random import as_seed, check_seed
 from ._common import bad_loc, check_real, value_batch
 
 __all__ = ["run"]
 
+# The prefix of the names of this engine's graph layers: xpops-multivariate_normal-<method>-<token>
+_OP = "multivariate_normal"
 # Parameters up to this size go into every chunk's task (see `_graph_input`).
 _EMBED_BYTES = 64 * 1024
 
@@ -47,93 +48,30 @@ def run(name: str, dist: Any, /, *args: Any, tools: Any) -> Any:
 # ---- the distribution inside the tasks -------------------------------------------------------
 
 
-def _graph_input(dist: Any) -> Any:
-    """`dist` as an input of a Dask graph. Small parameters (up to `_EMBED_BYTES`): an
-    argument of every chunk's task (`_Carried`), so that the chunks wait for nothing (a task
-    of its own ahead of them would be one more scheduler round trip, about 15% of one
-    worker's log_prob of 2^30 points in D = 16 on an H100). Larger ones: a key of its own
-    that each worker fetches once, not a constant serialized for every task."""
+def _graph_input(dist: Any, nbytes: Any) -> Any:
+    """`dist` as an input of a Dask graph. Small parameters (up to `_EMBED_BYTES`, as
+    `nbytes` counts them): an argument of every chunk's task (`_Carried`), so that the chunks
+    wait for nothing (a task of its own ahead of them would be one more scheduler round trip,
+    about 15% of one worker's log_prob of 2^30 points in D = 16 on an H100). Larger ones: a
+    key of its own that each worker fetches once, not a constant serialized for every task."""
     import dask
 
-    state = _state(dist)[2].values()
-    arrays = [v for v in state if hasattr(v, "nbytes")]
-    arrays += [v for t in state if isinstance(t, tuple) for v in t if hasattr(v, "nbytes")]
-    if sum(a.nbytes for a in arrays) <= _EMBED_BYTES:
+    if nbytes(dist) <= _EMBED_BYTES:
         return _Carried(dist)
     return dask.delayed(dist, pure=False, traverse=False)  # pyright: ignore[reportPrivateImportUsage]
 
 
-def _state(dist: Any) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
-    """(constructor, its arguments, state) of `dist` by the pickle protocol."""
-    rebuild, args, state = dist.__reduce_ex__(2)[:3]
-    return rebuild, args, state
-
-
 class _Carried:
-    """A small distribution inside every chunk's task. In this process `arrive` gives the
-    distribution itself. Pickled (for a cluster), it is made for the standard pickle: the
-    array namespace travels by name (a module would send every task through Distributed's
-    cloudpickle fallback, three times the standard pickle's cost a task), CuPy arrays as
-    NumPy copies (a third of the time CuPy arrays take to pickle and unpickle, and the
-    scheduler, which unpickles the graph, needs no GPU), which `arrive` puts on the current
-    device of the worker that runs the task. The distribution
-    is taken apart and rebuilt by the pickle protocol (``__reduce_ex__``)."""
+    """A small distribution inside every chunk's task, opaque to this engine. In this process
+    `arrive` gives the distribution itself; pickled (for a cluster), a copy, as the
+    distribution pickles itself (in the standard pickle, its CuPy arrays returning to the
+    current device of the worker that runs the task)."""
 
     def __init__(self, dist: Any) -> None:
         self.dist: Any = dist
-        self.rebuild: Any = None
-        self.state: dict[str, Any] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        def host(v: Any) -> Any:
-            if isinstance(v, tuple):
-                return tuple(host(e) for e in v)
-            if isinstance(v, types.ModuleType):
-                return _Module(v.__name__)
-            return _OnHost(v.get()) if _compat.is_cupy_array(v) else v
-
-        if self.dist is None:
-            return {"dist": None, "rebuild": self.rebuild, "state": self.state}
-        rebuild, args, state = _state(self.dist)
-        return {
-            "dist": None,
-            "rebuild": (rebuild, args),
-            "state": {k: host(v) for k, v in state.items()},
-        }
 
     def arrive(self) -> Any:
-        if self.dist is not None:
-            return self.dist
-
-        def device(v: Any) -> Any:
-            if isinstance(v, tuple):
-                return tuple(device(e) for e in v)
-            if isinstance(v, _Module):
-                return importlib.import_module(v.name)
-            if isinstance(v, _OnHost):
-                import cupy
-
-                return cupy.asarray(v.array)
-            return v
-
-        rebuild, args = self.rebuild
-        dist = rebuild(*args)
-        vars(dist).update({k: device(v) for k, v in self.state.items()})
-        return dist
-
-
-class _OnHost:
-    """A NumPy copy of a CuPy array (`_Carried`)."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
-
-
-class _Module:
-    """A module by name (`_Carried`)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
+        return self.dist
 
 
 def _arrived(dist: Any) -> Any:
@@ -150,20 +88,20 @@ def _value_chunk(
     method: str,
     out_axis: int,
     kw: dict[str, Any],
-    batch_part: Any,
+    tools: Any,
 ) -> Any:
     """`method` of one chunk of a Dask value (`_over_value`): `where` holds the block's slices
     of the value's batch dimensions, the last ``len(dist.batch_shape)`` of them the
-    distribution's, whose part `batch_part` gives."""
+    distribution's, whose part ``tools.batch_part`` gives."""
     dist = _arrived(dist)
     nb = len(dist.batch_shape)
-    sub = batch_part(dist, where[len(where) - nb :])
-    out = getattr(sub, method)(single_block(block), **kw)
+    sub = tools.batch_part(dist, where[len(where) - nb :])
+    out = tools.method(sub, method, single_block(block), kw)
     return block_library(out[0]).stack(out, axis=-1) if out_axis else out
 
 
 def _over_value(
-    dist: Any, value: Any, method: str, batch_part: Any, out_axis: int = 0, **kw: Any
+    dist: Any, value: Any, method: str, tools: Any, out_axis: int = 0, **kw: Any
 ) -> Any:
     """`method` chunk by chunk over a Dask `value` (NumPy or CuPy chunks): each chunk meets
     the slice of the parameters its batch dimensions cover. Checks run when a chunk is
@@ -176,35 +114,39 @@ def _over_value(
     check_real(_backend.get_namespace(value), value, "value")
     batch = value_batch("value", tuple(int(s) for s in value.shape), d, dist.batch_shape)
     v = da.broadcast_to(value, (*batch, d)).rechunk({len(batch): -1})
-    carried = _graph_input(dist)
+    carried = _graph_input(dist, tools.nbytes)
     lead = tuple(range(len(batch)))  # blockwise indices of the batch dimensions
     ind = (*lead, len(batch))  # and of the event dimension
-    options = {"method": method, "out_axis": out_axis, "kw": kw, "batch_part": batch_part}
+    options = {"method": method, "out_axis": out_axis, "kw": kw, "tools": tools}
+    name = task_name(f"{_OP}-{method}", v, carried, out_axis, kw)
     if out_axis:
         out = da.blockwise(
             _value_chunk, ind, v, ind, carried, None, ArraySliceDep(v.chunks[:-1]), lead,
-            dtype=dtype, adjust_chunks={len(batch): out_axis}, meta=v._meta,
+            name=name, dtype=dtype, adjust_chunks={len(batch): out_axis}, meta=v._meta,
             align_arrays=False, **options,  # align_arrays: as map_blocks with a BlockwiseDep
         )  # fmt: skip
         return tuple(out[..., i] for i in range(out_axis))
     # concatenate=False: the block as it is, not a copy (see `single_block`)
     return da.blockwise(
         _value_chunk, lead, v, ind, carried, None, ArraySliceDep(v.chunks[:-1]), lead,
-        dtype=dtype, concatenate=False, meta=v._meta.sum(axis=-1), align_arrays=False,
-        **options,
+        name=name, dtype=dtype, concatenate=False, meta=v._meta.sum(axis=-1),
+        align_arrays=False, **options,
     )  # fmt: skip
 
 
-def _draw_chunk(sampler: Any, entropy: int, blocks: list[int], block_info: Any = None) -> Any:
+def _draw_chunk(
+    sampler: Any, entropy: int, blocks: list[int], method: Any, block_info: Any = None
+) -> Any:
     """One chunk of `sample` with chunks: its own stream, from `entropy` and the chunk's index
-    among `blocks` chunks a sample dimension."""
+    among `blocks` chunks a sample dimension; `method` is ``ChunkTools.method``."""
     where = block_info[None]["chunk-location"][: len(blocks)]
     index = int(np.ravel_multi_index(where, blocks)) if blocks else 0
     size = block_info[None]["chunk-shape"][: len(blocks)]
-    return _arrived(sampler).rsample(tuple(size), rng=child_seed(entropy, index))
+    rng = child_seed(entropy, index)
+    return method(_arrived(sampler), "sample", tuple(size), {"rng": rng})
 
 
-def _sample_in_chunks(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any) -> Any:
+def _sample_in_chunks(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any, tools: Any) -> Any:
     """`sample` of in-memory parameters in chunks of the `shape` dimensions."""
     import dask.array as da
     from dask.array.core import normalize_chunks
@@ -220,18 +162,15 @@ def _sample_in_chunks(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any) 
     blocks = [len(c) for c in sample_chunks]
     entropy = np.random.SeedSequence(None if rng is None else int(as_seed(rng))).entropy
     meta = xp.empty((0,) * len(full_chunks), dtype=dist.dtype)
-    sampler = _graph_input(copy.copy(dist))
+    sampler = _graph_input(copy.copy(dist), tools.nbytes)
+    name = task_name(f"{_OP}-sample", sampler, entropy, full_chunks, dist.dtype)
     return da.map_blocks(
-        _draw_chunk, sampler, entropy=entropy, blocks=blocks, dtype=dist.dtype,
-        chunks=full_chunks, meta=meta,
+        _draw_chunk, sampler, entropy=entropy, blocks=blocks, method=tools.method,
+        name=name, dtype=dist.dtype, chunks=full_chunks, meta=meta,
     )  # fmt: skip
 
 
 # ---- Dask parameters ---------------------------------------------------------------------------
-
-
-def _is_dask(a: Any) -> bool:
-    return bool(_compat.is_dask_array(a))
 
 
 def _factor_block(m: Any, param: str, validate: bool, factor: Any) -> Any:
@@ -257,10 +196,14 @@ def parameters(dist: Any, name: str, loc: Any, matrix: Any, *, tools: Any) -> An
     d, batch, validate = matrix.shape[-1], dist.batch_shape, dist.validate_args
     loc = da.broadcast_to(loc, (*batch, d)).rechunk({len(batch): -1})
     if validate:
-        loc = loc.map_blocks(_check_loc_block, shape=tuple(loc.shape), dtype=loc.dtype)
+        loc = loc.map_blocks(
+            _check_loc_block, shape=tuple(loc.shape), dtype=loc.dtype,
+            name=task_name(f"{_OP}-loc", loc),
+        )  # fmt: skip
     tril = matrix.map_blocks(
-        _factor_block, param=name, validate=validate, factor=tools.factor, dtype=matrix.dtype
-    )
+        _factor_block, param=name, validate=validate, factor=tools.factor, dtype=matrix.dtype,
+        name=task_name(f"{_OP}-factor", matrix, name, validate),
+    )  # fmt: skip
     return loc, tril
 
 
@@ -291,18 +234,16 @@ def _method_block(
     validate: bool,
     stacked: bool,
     kw: dict[str, Any],
-    distribution: Any,
+    tools: Any,
 ) -> Any:
     v, loc, tril = single_block(v), single_block(loc), single_block(tril)
-    out = getattr(distribution(loc, tril, validate), method)(v, **kw)
+    out = tools.method(tools.distribution(loc, tril, validate), method, v, kw)
     if stacked:
         return block_library(out[0]).stack(out, axis=-1)
     return out
 
 
-def _method(
-    dist: Any, value: Any, name: str, distribution: Any, outputs: int = 0, **kw: Any
-) -> Any:
+def _method(dist: Any, value: Any, name: str, tools: Any, outputs: int = 0, **kw: Any) -> Any:
     """``dist.<name>(value, **kw)`` of Dask parameters chunk by chunk; `outputs` > 0: that
     many stacked results (cdf with ``return_error``), returned as a tuple."""
     import dask.array as da
@@ -320,6 +261,7 @@ def _method(
         tril,
         (*dims, "d", "e"),
         new_axes={"r": outputs} if outputs else {},
+        name=task_name(f"{_OP}-{name}", v, loc, tril, dist.validate_args, outputs, kw),
         dtype=dist.dtype,
         meta=meta,
         concatenate=False,
@@ -327,7 +269,7 @@ def _method(
         validate=dist.validate_args,
         stacked=bool(outputs),
         kw=kw,
-        distribution=distribution,
+        tools=tools,
     )
     if outputs:
         return tuple(out[..., i] for i in range(outputs))
@@ -372,6 +314,7 @@ def _sample_parameters(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any)
         da.broadcast_to(loc, tuple(sum(c) for c in full), chunks=full),
         entropy=entropy,
         shape_blocks=blocks,
+        name=task_name(f"{_OP}-normals", loc, entropy, full),
         dtype=dist.dtype,
         meta=meta,
     )
@@ -386,15 +329,17 @@ def _sample_parameters(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any)
         (*dims, "d"),
         tril,
         (*dims, "d", "e"),
+        name=task_name(f"{_OP}-sample", eps, loc, tril),
         dtype=dist.dtype,
         meta=meta,
         concatenate=False,
     )
 
 
-def _kl_block(lp: Any, tp: Any, lq: Any, tq: Any, distribution: Any) -> Any:
+def _kl_block(lp: Any, tp: Any, lq: Any, tq: Any, tools: Any) -> Any:
     lp, tp, lq, tq = single_block(lp), single_block(tp), single_block(lq), single_block(tq)
-    return distribution(lp, tp, False).kl_divergence(distribution(lq, tq, False))
+    p, q = tools.distribution(lp, tp, False), tools.distribution(lq, tq, False)
+    return tools.method(p, "kl_divergence", q, {})
 
 
 # ---- the entries -------------------------------------------------------------------------------
@@ -402,16 +347,16 @@ def _kl_block(lp: Any, tp: Any, lq: Any, tq: Any, distribution: Any) -> Any:
 
 def log_prob(dist: Any, value: Any, *, tools: Any) -> Any:
     """Log densities, lazily."""
-    if _is_dask(dist.loc):
-        return _method(dist, value, "log_prob", tools.distribution)
-    return _over_value(dist, value, "log_prob", tools.batch_part)
+    if _compat.is_dask_array(dist.loc):
+        return _method(dist, value, "log_prob", tools)
+    return _over_value(dist, value, "log_prob", tools)
 
 
 def prob(dist: Any, value: Any, *, tools: Any) -> Any:
     """Densities, lazily."""
-    if _is_dask(dist.loc):
-        return _method(dist, value, "prob", tools.distribution)
-    return _over_value(dist, value, "prob", tools.batch_part)
+    if _compat.is_dask_array(dist.loc):
+        return _method(dist, value, "prob", tools)
+    return _over_value(dist, value, "prob", tools)
 
 
 def cdf(
@@ -421,7 +366,9 @@ def cdf(
     memory or None; an int seed is used as is in every chunk, so a chunking gives one
     result)."""
     d = dist.event_shape[0]
-    if lower_limit is not None and (_is_dask(lower_limit) or tuple(np.shape(lower_limit)) != (d,)):
+    if lower_limit is not None and (
+        _compat.is_dask_array(lower_limit) or tuple(np.shape(lower_limit)) != (d,)
+    ):
         msg = (
             f"with a Dask `value`, `lower_limit` must be None or one in-memory bound of "
             f"shape ({d},), got {type(lower_limit).__name__} of shape "
@@ -432,21 +379,20 @@ def cdf(
     method = "logcdf" if log else "cdf"
     kw = dict(options)
     kw["lower_limit"] = lower_limit
-    if _is_dask(dist.loc):
+    if _compat.is_dask_array(dist.loc):
         outputs = 2 if kw["return_error"] else 0
-        return _method(dist, value, method, tools.distribution, outputs, **kw)
+        return _method(dist, value, method, tools, outputs, **kw)
     out_axis = 2 if kw["return_error"] else 0
-    return _over_value(dist, value, method, tools.batch_part, out_axis=out_axis, **kw)
+    return _over_value(dist, value, method, tools, out_axis=out_axis, **kw)
 
 
-def sample(dist: Any, shape: Any, rng: Any, chunks: Any = None, *, tools: Any = None) -> Any:
+def sample(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any = None, *, tools: Any) -> Any:
     """Draws, lazily: of Dask parameters (`chunks` those of the sample dimensions, None: one),
-    or of in-memory parameters in `chunks` (`tools` unused)."""
-    shape = (int(shape),) if isinstance(shape, numbers.Integral) else tuple(shape)
-    if _is_dask(dist.loc):
+    or of in-memory parameters in `chunks`; `shape` checked by the class."""
+    if _compat.is_dask_array(dist.loc):
         check_seed(rng, "with Dask parameters")
         return _sample_parameters(dist, shape, rng, chunks)
-    return _sample_in_chunks(dist, shape, rng, chunks)
+    return _sample_in_chunks(dist, shape, rng, chunks, tools)
 
 
 def kl_divergence(p: Any, q: Any, batch: tuple[int, ...], *, tools: Any) -> Any:
@@ -471,10 +417,11 @@ def kl_divergence(p: Any, q: Any, batch: tuple[int, ...], *, tools: Any) -> Any:
         (*dims, "d"),
         args[3],
         (*dims, "d", "e"),
+        name=task_name(f"{_OP}-kl_divergence", *args),
         dtype=np.result_type(p.dtype, q.dtype),
         meta=args[0]._meta.sum(axis=-1),
         concatenate=False,
-        distribution=tools.distribution,
+        tools=tools,
     )
 
 

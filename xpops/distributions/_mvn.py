@@ -14,8 +14,6 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from .. import _backend
 from .._lib import _compat, _random
 from .._lib._dispatch import Engines, dispatch
@@ -25,16 +23,20 @@ from ..linalg._triangular import solve_triangular
 from . import _cdf
 from ._common import (
     all_true,
+    as_arrays,
     bad_loc,
     bad_values,
     batch_of,
     check_real,
     float_dtype,
     is_array,
+    pack,
     parameter_batch,
     result,
+    same_device,
     sample_shape,
     shape_of,
+    unpack,
     value_batch,
 )
 from ._factor import check_factor, check_matrix, factor
@@ -159,12 +161,12 @@ class MultivariateNormal:
         # does not promote it (as in PyTorch); with none an array, NumPy's default
         typed = [(a, n) for a, n in ((loc, "loc"), (matrix, name)) if is_array(a)]
         scalar_loc = isinstance(loc, numbers.Number)
-        xp, (loc, matrix) = _as_arrays(loc, matrix, names=["loc", name])
+        xp, (loc, matrix) = as_arrays(loc, matrix, names=["loc", name])
         self._xp = xp
         if scalar_loc and len(matrix.shape) >= 1:  # one mean for every coordinate
             loc = xp.broadcast_to(loc, (int(matrix.shape[-1]),))
         if not _compat.is_dask_array(matrix):
-            _same_device(loc, matrix, name)
+            same_device(loc, matrix, name)
         for a, n in ((loc, "loc"), (matrix, name)):
             check_real(xp, a, n)
         if typed:
@@ -285,6 +287,22 @@ class MultivariateNormal:
             f"dtype={self._dtype})"
         )
 
+    # ---- pickling and copies: the state of a distribution -----------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes for the standard pickle (`_common.pack`: the namespace by name,
+        CuPy arrays as NumPy copies, returned to the current device by `__setstate__`)."""
+        return pack(vars(self))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(unpack(state))
+
+    def __copy__(self) -> "MultivariateNormal":
+        """A shallow copy: the same arrays, no round trip through `__getstate__`."""
+        new = object.__new__(type(self))
+        vars(new).update(vars(self))
+        return new
+
     # ---- helpers --------------------------------------------------------------------------
 
     def _serving(self, value: Any = None) -> Namespace:
@@ -315,7 +333,7 @@ class MultivariateNormal:
             msg = f"`{what}` must be an array or a list of numbers, got None"
             raise TypeError(msg)
         if not is_array(value):  # a list or a number: an array of the parameters' library
-            value = _as_arrays(value, self._tril, names=[what, "scale_tril"])[1][0]
+            value = as_arrays(value, self._tril, names=[what, "scale_tril"])[1][0]
         elif _backend.get_namespace(value).__name__ != xp.__name__:
             msg = f"`{what}` must be an array of the distribution's library, got {type(value)}"
             raise TypeError(msg)
@@ -379,7 +397,7 @@ class MultivariateNormal:
         return dispatch(self._serving(value), _PROB, self, value)
 
     def _prob(self, value: Any) -> Array:
-        return result(self._xp.exp(self.log_prob(value)))
+        return result(self._xp.exp(self._log_prob(value)))
 
     def entropy(self) -> Array:
         """Differential entropy, shape ``batch_shape``."""
@@ -564,29 +582,6 @@ class MultivariateNormal:
 # ---- what the engines and the tables use ------------------------------------------------
 
 
-def _as_arrays(*args: Any, names: list[str]) -> tuple[Namespace, tuple[Any, ...]]:
-    """`_backend.array_args` with NumPy's own conversion errors (a ragged list) as a
-    ``ValueError`` naming the parameter."""
-    try:
-        return _backend.array_args(*args, names=names)
-    except ValueError:
-        for a, name in zip(args, names, strict=True):
-            try:
-                np.asarray(a)
-            except ValueError as exc:
-                msg = f"`{name}` could not be converted to an array: {exc}"
-                raise ValueError(msg) from None
-        raise
-
-
-def _same_device(loc: Array, matrix: Array, name: str) -> None:
-    """``ValueError`` unless `loc` and `matrix` (parameter `name`) are on one device."""
-    dl, dm = _compat.device(loc), _compat.device(matrix)
-    if dl != dm:
-        msg = f"`loc` and `{name}` must be on the same device, got {dl} and {dm}"
-        raise ValueError(msg)
-
-
 def _no_kernels(dtype: Any, d: int) -> None:
     return None
 
@@ -619,16 +614,42 @@ def _batch_part(dist: MultivariateNormal, where: tuple[slice, ...]) -> Multivari
     return sub
 
 
+def _chunk_method(dist: MultivariateNormal, name: str, arg: Any, kw: dict[str, Any]) -> Any:
+    """`name` of the in-memory distribution of a chunk at `arg` (the chunk's values, the
+    sample shape, or the other distribution of ``kl_divergence``): the in-memory code, whose
+    value checks run as `validate_args` asks. cdf and logcdf go through their public methods,
+    whose own checks read no data (the options)."""
+    if name == "log_prob":
+        return dist._log_prob(arg)
+    if name == "prob":
+        return dist._prob(arg)
+    if name == "sample":
+        return dist._rsample(arg, kw["rng"])
+    if name == "kl_divergence":
+        return _kl_in_memory(dist, arg, batch_of(dist.batch_shape, arg.batch_shape))
+    return getattr(dist, name)(arg, **kw)
+
+
+def _held_bytes(dist: MultivariateNormal) -> int:
+    """The bytes of the arrays `dist` holds (its parameters and cached forms)."""
+    held = [v for v in vars(dist).values() if not isinstance(v, tuple)]
+    held += [v for t in vars(dist).values() if isinstance(t, tuple) for v in t]
+    return sum(int(getattr(v, "nbytes", 0)) for v in held if hasattr(v, "shape"))
+
+
 class ChunkTools(NamedTuple):
     """What the Dask engine's chunks need of this module (module-level functions: a task takes
-    them by reference in the standard pickle)."""
+    them by reference in the standard pickle). A distribution travels in a task as it pickles
+    (`MultivariateNormal.__getstate__`)."""
 
     factor: Any  # (name, matrix, validate) -> the checked lower factor
     distribution: Any  # (loc, tril, validate) -> the distribution of a chunk's parameters
     batch_part: Any  # (dist, slices) -> the distribution of a slice of the batch
+    method: Any  # (dist, name, arg, kw) -> a method of an in-memory distribution
+    nbytes: Any  # (dist) -> the bytes of the arrays a distribution holds
 
 
-_TOOLS = ChunkTools(_factor_of, _of_factor, _batch_part)
+_TOOLS = ChunkTools(_factor_of, _of_factor, _batch_part, _chunk_method, _held_bytes)
 
 
 def _on_dask(name: str, dist: MultivariateNormal, /, *args: Any) -> Any:
