@@ -154,6 +154,7 @@ def test_rng_errors():
     [
         lambda: 7,
         lambda: np.random.SeedSequence(7),
+        lambda: [7, 8],
         lambda: np.random.PCG64(7),
         lambda: np.random.Philox(7),
         lambda: np.random.default_rng(7),
@@ -183,6 +184,9 @@ def test_seed_sequence_with_chunks():
     np.testing.assert_array_equal(a, b)
     c = d.sample((10,), rng=np.random.SeedSequence(4), chunks=4).compute()
     assert not np.array_equal(a, c)
+    e = d.sample((10,), rng=[3, 4], chunks=4).compute()
+    np.testing.assert_array_equal(e, d.sample((10,), rng=(3, 4), chunks=4).compute())
+    assert not np.array_equal(a, e)
     with pytest.raises(TypeError, match="with `chunks`, `rng` must be None, an int seed or a"):
         d.sample((10,), rng=np.random.PCG64(3), chunks=4)
 

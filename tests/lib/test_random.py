@@ -46,7 +46,13 @@ from xpops._lib._random import (
         (np.random.RandomState(0), "other"),
         (1.0, "other"),
         ("seed", "other"),
-        ([1, 2], "other"),
+        ([1, 2], "seedsequence"),  # the entropy of a SeedSequence, as default_rng takes it
+        ((3,), "seedsequence"),
+        (np.array([1, 2]), "seedsequence"),
+        ([], "other"),
+        ([1.0, 2.0], "other"),
+        ([True], "other"),
+        (np.array([[1, 2]]), "other"),
     ],
 )
 def test_rng_kind(rng, kind):
@@ -157,6 +163,15 @@ def test_as_seed():
     assert 0 <= seed < 2**63
     assert seed == as_seed(np.random.SeedSequence(9))
     assert seed != as_seed(np.random.SeedSequence(10))
+    pair = as_seed([9, 10])
+    assert pair == as_seed(np.random.SeedSequence([9, 10])) == as_seed(np.array([9, 10]))
+    assert pair != seed
+
+
+def test_negative_entries_of_a_sequence():
+    for rng in ([1, -2], (-1,), np.array([3, -4])):
+        with pytest.raises(ValueError, match="`rng` as a sequence of ints must hold non-negative"):
+            check_numpy_rng(rng)
 
 
 def test_cupy_generators(cupy_only):

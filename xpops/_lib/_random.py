@@ -1,12 +1,12 @@
 """The `rng` arguments: what kind of source each one is, and the one check every op runs on it.
 
 An `rng` is what ``numpy.random.default_rng`` takes (SPEC 7): None (fresh entropy), an int
-seed, a ``numpy.random.SeedSequence``, a ``BitGenerator`` or a ``Generator``; or a
-``cupy.random.Generator``. A bool is not a seed (``default_rng(True)`` would take it as 1), and
-a seed is non-negative. Each op accepts some of these kinds; `check_rng` raises ``TypeError``
-for the others, with a message that names what was expected and the type that came, and
-``ValueError`` for a negative seed. Never imports CuPy: a ``cupy.random.Generator`` can only
-exist once CuPy is imported.
+seed, a sequence of int seeds, a ``numpy.random.SeedSequence``, a ``BitGenerator`` or a
+``Generator``; or a ``cupy.random.Generator``. A bool is not a seed (``default_rng(True)``
+would take it as 1), and a seed is non-negative. Each op accepts some of these kinds;
+`check_rng` raises ``TypeError`` for the others, with a message that names what was expected
+and the type that came, and ``ValueError`` for a negative seed. Never imports CuPy: a
+``cupy.random.Generator`` can only exist once CuPy is imported.
 """
 
 import numbers
@@ -35,8 +35,8 @@ __all__ = [
     "rng_kind",
 ]
 
-#: What a seed of every library and a lazy graph can carry: None, an int seed or a
-#: ``numpy.random.SeedSequence`` (taken to an int seed by `as_seed`).
+#: What a seed of every library and a lazy graph can carry: None, an int seed, a sequence of
+#: ints or a ``numpy.random.SeedSequence`` (taken to an int seed by `as_seed`).
 SEEDS = frozenset({"none", "seed", "seedsequence"})
 #: What NumPy's ``default_rng`` takes, bools excepted: a seed, a BitGenerator or a Generator.
 NUMPY = SEEDS | {"bitgenerator", "numpy"}
@@ -53,16 +53,16 @@ def is_cupy_generator(rng: Any) -> bool:
 
 
 def rng_kind(rng: Any) -> str:
-    """``"none"``, ``"seed"`` (an int), ``"bool"``, ``"seedsequence"``, ``"bitgenerator"``,
-    ``"numpy"`` (a ``numpy.random.Generator``), ``"cupy"`` (a ``cupy.random.Generator``) or
-    ``"other"``."""
+    """``"none"``, ``"seed"`` (an int), ``"bool"``, ``"seedsequence"`` (a ``SeedSequence``
+    or the sequence of ints one is made of), ``"bitgenerator"``, ``"numpy"`` (a
+    ``numpy.random.Generator``), ``"cupy"`` (a ``cupy.random.Generator``) or ``"other"``."""
     if rng is None:
         return "none"
     if isinstance(rng, bool | np.bool_):
         return "bool"
     if isinstance(rng, numbers.Integral):
         return "seed"
-    if isinstance(rng, np.random.SeedSequence):
+    if isinstance(rng, np.random.SeedSequence) or _is_int_sequence(rng):
         return "seedsequence"
     if isinstance(rng, np.random.BitGenerator):
         return "bitgenerator"
@@ -73,10 +73,23 @@ def rng_kind(rng: Any) -> str:
     return "other"
 
 
+def _is_int_sequence(rng: Any) -> bool:
+    """A list, tuple or 1-D integer NumPy array of ints: entropy for a ``SeedSequence``."""
+    if isinstance(rng, np.ndarray):
+        return rng.ndim == 1 and rng.size > 0 and rng.dtype.kind in "iu"
+    return (
+        isinstance(rng, list | tuple)
+        and len(rng) > 0
+        and all(isinstance(w, numbers.Integral) and not isinstance(w, bool | np.bool_) for w in rng)
+    )
+
+
 def as_seed(rng: Any) -> Any:
-    """`rng` with a ``SeedSequence`` replaced by the 63-bit int seed it generates (what
-    CuPy's generators and a lazy graph take: an int fits every library's seed); anything else
-    unchanged."""
+    """`rng` with a ``SeedSequence`` (or a sequence of ints, its entropy) replaced by the
+    63-bit int seed it generates (what CuPy's generators and a lazy graph take: an int fits
+    every library's seed); anything else unchanged."""
+    if _is_int_sequence(rng):
+        rng = np.random.SeedSequence([int(w) for w in rng])
     if isinstance(rng, np.random.SeedSequence):
         return int(rng.generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
     return rng
@@ -108,6 +121,9 @@ def check_rng(
         raise TypeError(msg)
     if kind == "seed" and rng < 0:
         msg = f"{prefix}`rng` as an int seed must be non-negative, got {int(rng)}"
+        raise ValueError(msg)
+    if kind == "seedsequence" and _is_int_sequence(rng) and any(int(w) < 0 for w in rng):
+        msg = f"{prefix}`rng` as a sequence of ints must hold non-negative ints, got {rng!r}"
         raise ValueError(msg)
 
 
