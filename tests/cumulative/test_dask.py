@@ -158,3 +158,78 @@ def test_logcumsumexp_task_names(shape, chunks, axis, exclusive, reverse):
     other = xpops.logcumsumexp(dx, axis=axis, exclusive=not exclusive, reverse=reverse)
     assert other.name != out.name
     assert_same(out, xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse))
+
+
+# ---- complex special values across chunks (issue 22, item 3) ------------------------------------
+
+
+def _special_complex(rng, shape):
+    """Complex values with real parts of +inf in two phases, -inf, NaN and non-finite imaginary
+    parts among finite ones."""
+    pool = np.array(
+        [
+            complex(inf, 1.0),
+            complex(inf, 2.0),
+            complex(inf, -3.0),
+            complex(-inf, 5.0),
+            complex(nan, 0.0),
+            complex(1.0, inf),
+            complex(inf, nan),
+            1.5 + 0.5j,
+            -2.0 + 4.0j,
+            0.25 - 1.0j,
+        ]
+    )
+    weights = np.array([3, 3, 1, 4, 0.3, 0.3, 0.3, 6, 6, 6])
+    return rng.choice(pool, size=shape, p=weights / weights.sum())
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 3, 5, 40])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_complex_two_infinities_across_chunks(chunks, exclusive, reverse):
+    """After two +inf real parts of different phases the output is inf+nanj on either side of
+    a chunk boundary, as in memory, with one block (16 or fewer along the axis, the totals read
+    by each block) or many (the totals scanned into carries)."""
+    z = np.array([1.0, complex(inf, 1.0), complex(inf, 2.0), 3.0, -inf, 2.0j, 5.0])
+    for dtype in (np.complex128, np.complex64):
+        x = np.tile(z, 6).astype(dtype)  # 42 elements: 42 blocks of one
+        got = xpops.logcumsumexp(
+            da.from_array(x, chunks=chunks), exclusive=exclusive, reverse=reverse
+        )
+        want = xpops.logcumsumexp(x, exclusive=exclusive, reverse=reverse)
+        _assert_same_parts(got, want)
+        computed = got.compute()
+        if not reverse:
+            lead = 3 if exclusive else 2
+            assert np.isinf(computed[lead:].real).all()
+            assert np.isnan(computed[lead:].imag).all()
+
+
+@pytest.mark.parametrize("chunks", [(3, 1), (3, 4), (1, 17), (5, 2)])
+@pytest.mark.parametrize("axis", [0, 1, None])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_complex_special_values_across_chunks(chunks, axis, exclusive, reverse):
+    """Random complex special values: every chunking gives the in-memory result, NaN and inf
+    parts in the same places."""
+    rng = np.random.default_rng(3)
+    x = _special_complex(rng, (6, 34))
+    got = xpops.logcumsumexp(
+        da.from_array(x, chunks=chunks), axis=axis, exclusive=exclusive, reverse=reverse
+    )
+    want = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+    _assert_same_parts(got, want)
+
+
+def _assert_same_parts(got, want):
+    """The real and the imaginary parts each: NaN and inf in the same places, the rest close
+    (a complex NaN check would not tell inf+nanj from nan+nanj)."""
+    computed = got.compute()
+    assert computed.dtype == want.dtype
+    rtol = 1e-5 if want.dtype == np.complex64 else 1e-12
+    for part in (np.real, np.imag):
+        a, b = part(computed), part(want)
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b))
+        np.testing.assert_array_equal(a[np.isinf(b)], b[np.isinf(b)])
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-6 if rtol > 1e-6 else 1e-12)

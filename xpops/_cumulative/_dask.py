@@ -112,19 +112,40 @@ def _to_host(a: Any) -> Any:
     return a.get() if _compat.is_cupy_array(a) else a
 
 
+def _as_elements(t: Any, axis: int) -> Any:
+    """Totals or carries `t` (results of the scan) as elements that the scan reads back with
+    the same sum: real ones as they are; complex ones as two elements each along `axis`. A
+    complex result ``inf+nanj`` (real parts of +inf whose phases differ) read as an element
+    would be NaN (a NaN imaginary part); it becomes ``inf+0j`` and ``inf+1j``, whose sum it
+    is. Every other value is followed by ``-inf+0j``, the identity."""
+    xp = _compat.array_namespace(t)
+    if not xp.isdtype(t.dtype, "complex floating"):
+        return t
+    clash = (xp.real(t) == math.inf) & xp.isnan(xp.imag(t))
+    first = xp.astype(xp.where(clash, complex(math.inf, 0.0), t), t.dtype)
+    second = xp.where(clash, complex(math.inf, 1.0), complex(-math.inf, 0.0))
+    pair = xp.stack([first, xp.astype(second, t.dtype)], axis=axis + 1)
+    shape = list(t.shape)
+    shape[axis] *= 2
+    return xp.reshape(pair, tuple(shape))
+
+
 def _scan_from(block: Any, carry: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
     """The block's scan started from `carry` (a NumPy array, the block's shape with `axis` of
-    length 1): one more element before it in scan order."""
+    length 1): one more element before it in scan order (two for complex blocks, see
+    `_as_elements`)."""
     xp = _compat.array_namespace(block)
     carry = xp.asarray(carry)  # host carry onto the block's device
     if _real_cupy(block):
         from ._cupy import logcumsumexp_from
 
         return logcumsumexp_from(_contiguous(block), carry, axis, exclusive, reverse)
+    carry = _as_elements(carry, axis)
     joined = xp.concat([block, carry] if reverse else [carry, block], axis=axis)
     out = _scan(joined, axis, exclusive, reverse)
     keep = [slice(None)] * block.ndim
-    keep[axis] = slice(0, -1) if reverse else slice(1, None)
+    k = carry.shape[axis]
+    keep[axis] = slice(0, -k) if reverse else slice(k, None)
     return out[tuple(keep)]
 
 
@@ -135,8 +156,23 @@ def _scan_after(
     blocks before it in scan order (NumPy arrays)."""
     if at == 0:  # the first block: its carry is the identity
         return _scan(block, axis, exclusive, reverse)
-    carry = _total(np.concatenate(totals[:at], axis=axis), axis, False)
+    before = np.concatenate(totals[:at], axis=axis)
+    carry = _total(_as_elements(before, axis), axis, False)
     return _scan_from(block, carry, axis, exclusive, reverse)
+
+
+def _carries(totals: Any, axis: int, reverse: bool) -> Any:
+    """The carry of each block: the exclusive scan of the block `totals` (one chunk along
+    `axis`, in block order). Complex totals are read as pairs of elements (`_as_elements`):
+    the exclusive scan at the first of the pair of block i (the second when `reverse`) covers
+    the pairs of the blocks before it in scan order, and nothing else."""
+    elements = _as_elements(totals, axis)
+    scanned = _scan(elements, axis, True, reverse)
+    if elements is totals:
+        return scanned
+    take = [slice(None)] * totals.ndim
+    take[axis] = slice(1, None, 2) if reverse else slice(0, None, 2)
+    return scanned[tuple(take)]
 
 
 def _scan_from_carries(
@@ -197,9 +233,8 @@ def logcumsumexp(x: Any, axis: int, exclusive: bool, reverse: bool) -> Any:
     )
     # the carries: exclusive scan of the block totals across blocks (small: one per block)
     carries = totals_array.rechunk({axis: -1}).map_blocks(
-        _scan,
+        _carries,
         axis=axis,
-        exclusive=True,
         reverse=reverse,
         dtype=x.dtype,
         name=task_name("logcumsumexp-carries", x, axis, exclusive, reverse),
