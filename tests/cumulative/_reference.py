@@ -118,3 +118,64 @@ def scan_cases(draw, max_size=9):
         x[: draw(st.integers(0, size))] = -inf if draw(st.booleans()) else x[0]
     axis = draw(st.one_of(st.none(), st.integers(-len(shape), len(shape) - 1)))
     return x.reshape(shape), axis, draw(st.booleans()), draw(st.booleans())
+
+
+def single_term_outputs(x, axis, exclusive=False, reverse=False):
+    """``(mask, term)`` of the outputs whose prefix holds exactly one finite term (real part
+    finite; every other element -inf, as real part): those must equal that term exactly, on
+    every engine. `term` holds, where `mask`, the term as the scan gives it alone (complex:
+    the imaginary part wrapped into (-pi, pi]); elsewhere 0. Both of the shape of `x`."""
+    y = np.moveaxis(np.asarray(x), axis, -1)
+    if reverse:
+        y = y[..., ::-1]
+    re = y.real
+    finite = np.isfinite(re) & np.isfinite(y.imag)
+    special = ~finite & (re != -np.inf)  # NaN, +inf, non-finite imaginary parts
+    count = np.cumsum(finite, axis=-1)
+    spoiled = np.cumsum(special, axis=-1) > 0
+    if exclusive:
+        zero = np.zeros((*count.shape[:-1], 1), dtype=count.dtype)
+        count = np.concatenate([zero, count[..., :-1]], axis=-1)
+        spoiled = np.concatenate([zero.astype(bool), spoiled[..., :-1]], axis=-1)
+    mask = (count == 1) & ~spoiled
+    first = np.take_along_axis(y, np.argmax(finite, axis=-1)[..., None], axis=-1)
+    if np.iscomplexobj(first):
+        angle = first.imag
+        wrapped = np.where(
+            (angle > -np.pi) & (angle <= np.pi),
+            angle,
+            np.pi - np.remainder(np.pi - angle, 2 * np.pi),
+        )
+        first = (first.real + 1j * wrapped).astype(first.dtype)
+    term = np.where(mask, first, 0).astype(y.dtype)
+    if reverse:
+        mask, term = mask[..., ::-1], term[..., ::-1]
+    return np.moveaxis(mask, -1, axis), np.moveaxis(term, -1, axis)
+
+
+def sparse_lanes(rng, shape, axis, dtype, reverse=False):
+    """Lanes of -inf with a few finite terms each (none, one, two or three; some lanes dense)
+    at random places, of magnitudes from 1e-20 to 300: prefixes of one finite term, followed by
+    -inf or by larger or smaller terms, in every position of blocks, tiles and runs."""
+    n = shape[axis]
+    y = np.full(shape, -np.inf)
+    lanes = np.moveaxis(y, axis, -1).reshape(-1, n)
+    values = np.array([1e-20, -1e-10, 0.3, -7.5, 2.5, 40.0, -300.0, 300.0])
+    for i, lane in enumerate(lanes):
+        if i % 7 == 6:  # a dense lane
+            lane[:] = rng.standard_normal(n) * 10
+            continue
+        k = i % 4
+        at = rng.choice(n, size=min(k, n), replace=False)
+        lane[at] = rng.choice(values, size=at.size) * rng.choice([1.0, 1.0 + 2**-20], size=at.size)
+    out = np.moveaxis(lanes.reshape(np.moveaxis(y, axis, -1).shape), -1, axis)
+    if reverse:  # the same patterns met in scan order
+        out = np.flip(out, axis=axis)
+    return np.ascontiguousarray(out).astype(dtype)
+
+
+def assert_single_terms_exact(got, x, axis, exclusive, reverse):
+    """Outputs of one finite term equal it exactly (issue 22, items 5 and 6)."""
+    mask, term = single_term_outputs(x, axis, exclusive, reverse)
+    got = np.asarray(got)
+    np.testing.assert_array_equal(got[mask], term[mask].astype(got.dtype))

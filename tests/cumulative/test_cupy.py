@@ -7,7 +7,12 @@ import pytest
 
 import xpops
 
-from ._reference import long_double_reference
+from ._reference import (
+    assert_single_terms_exact,
+    long_double_reference,
+    single_term_outputs,
+    sparse_lanes,
+)
 
 # ---- GPU-only accuracy ----------------------------------------------------------------------
 
@@ -345,3 +350,94 @@ def test_more_than_2_31_elements_float16(cupy_only):
         assert err < 0.02, start  # float16 spacing at 22 is 0.0156
     del x, got
     cupy.get_default_memory_pool().free_all_blocks()
+
+
+# ---- a prefix of a single finite term gives that term exactly (issue 22, item 6) --------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_single_finite_term_exact_public(cupy_only, dtype):
+    """``[-inf, -inf, 0.0]`` reversed, exclusive, and along either axis of a 2-D array: each
+    output of one finite term is that term, bit for bit."""
+    cupy = cupy_only
+    x = np.array([-np.inf, -np.inf, 0.0], dtype=dtype)
+    for exclusive in (False, True):
+        for reverse in (False, True):
+            got = xpops.logcumsumexp(cupy.asarray(x), exclusive=exclusive, reverse=reverse).get()
+            assert_single_terms_exact(got, x, 0, exclusive, reverse)
+            want = _reference_along(x, 0, exclusive, reverse)
+            np.testing.assert_array_equal(got, want.astype(dtype))
+    for value in (1e-20, -1e-10, 0.3, -7.5, 300.0):
+        one = np.array([value], dtype=dtype)
+        assert xpops.logcumsumexp(cupy.asarray(one)).get()[0] == one[0]
+    m = np.array([[-np.inf, 0.0, 1e-20], [-np.inf, -np.inf, -np.inf], [0.0, 5.0, -np.inf]])
+    m = m.astype(dtype)
+    for axis in (0, 1):
+        for exclusive in (False, True):
+            for reverse in (False, True):
+                got = xpops.logcumsumexp(
+                    cupy.asarray(m), axis=axis, exclusive=exclusive, reverse=reverse
+                ).get()
+                assert_single_terms_exact(got, m, axis, exclusive, reverse)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_single_finite_term_exact_every_kernel(cupy_only, exclusive, reverse):
+    """Every kernel (tiles, tiles_staged, rows, columns, column_blocks), float32 and float64,
+    at its block, tile and run boundaries: lanes of -inf with a few finite terms each, so that
+    prefixes of one term start anywhere in a tile or run, after an empty or a one-term prefix,
+    and are followed by -inf, larger or smaller terms. Those outputs are the term exactly; the
+    others match the reference."""
+    from xpops._cumulative import _cupy as cc
+
+    cupy = cupy_only
+    rng = np.random.default_rng(22)
+    for kernel, name, shapes in _kernel_cases():
+        atol = 1e-4 if name == "float32" else 1e-11
+        for shape in [*shapes, *_more_lanes(kernel, shapes)]:
+            axis = 0 if kernel.startswith("column") else len(shape) - 1
+            x = sparse_lanes(rng, shape, axis, name, reverse)
+            got = cc.logcumsumexp(cupy.asarray(x), axis, exclusive, reverse, kernel=kernel).get()
+            assert_single_terms_exact(got, x, axis, exclusive, reverse)
+            _assert_scan_equal(got, _reference_along(x, axis, exclusive, reverse), atol)
+
+
+def _more_lanes(kernel, shapes):
+    """Shapes with many lanes of the longest length of `shapes`: more random placements."""
+    if kernel.startswith("column"):
+        return [(max(s[0] for s in shapes), 64)]
+    return [(64, max(s[-1] for s in shapes if s[-1] <= 100_000))]
+
+
+@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_single_finite_term_exact_across_tiles(cupy_only, kernel, dtype):
+    """The tiles kernels where one finite term meets a tile boundary: the term first in a
+    tile, with a larger term later in the same tile; last in a tile, with a larger term in the
+    next; and the carry of a Dask block (`logcumsumexp_from`) as the only term before a tile."""
+    from xpops._cumulative import _cupy as cc
+    from xpops._cumulative._cupy import _tiles
+
+    cupy = cupy_only
+    tile = _tiles.TILES_BLOCK * _tiles.tile_items(kernel, dtype)
+    n = 3 * tile + 5
+    x = np.full((5, n), -np.inf)
+    x[0, tile] = 1e-20
+    x[1, 0], x[1, 10] = 0.3, 5.0
+    x[2, tile - 1], x[2, tile + 100] = -1e-10, 50.0
+    x[3, 2 * tile + 3], x[3, 2 * tile + 4] = -7.5, 7.5
+    x[4, 5], x[4, 2 * tile] = 2.5, 1.0
+    x = x.astype(dtype)
+    for exclusive in (False, True):
+        for reverse in (False, True):
+            xs = np.ascontiguousarray(x[:, ::-1]) if reverse else x
+            got = cc.logcumsumexp(cupy.asarray(xs), 1, exclusive, reverse, kernel=kernel).get()
+            assert_single_terms_exact(got, xs, 1, exclusive, reverse)
+    carry = np.array([[0.25], [-np.inf], [1e-20], [3.0], [-1.0]], dtype=dtype)
+    y = np.full((5, n), -np.inf, dtype=dtype)
+    y[3, tile + 7] = 10.0
+    got = cc.logcumsumexp_from(cupy.asarray(y), cupy.asarray(carry), 1, False, False).get()
+    joined = np.concatenate([carry, y], axis=1)
+    mask, term = single_term_outputs(joined, 1)
+    np.testing.assert_array_equal(got[mask[:, 1:]], term[:, 1:][mask[:, 1:]])

@@ -40,15 +40,21 @@ __device__ __forceinline__ void fast_outputs_recompute(const T* v, T ref, Pair<T
                                                        int exclusive, T* o) {
     const Rebase<T> f = rebase(P, ref);
     const T R = f.R, a = f.a, b = f.b;
+    // outputs of a single finite term (see `sole`); after an empty prefix, so.s is the run's
+    // first term, set where the loop computes it
+    const bool empty = P.m == neg_inf<T>();
+    Sole<T> so = sole(P, v[0], T(0));
     T acc = T(0);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
+        const T e = xexp(v[k] - ref);
+        if (k == 0 && empty) so.s = e;
         if (exclusive) {
-            o[k] = (k == 0) ? value(P) : R + xlog(a + acc * b);
-            acc += xexp(v[k] - ref);
+            o[k] = (k == 0) ? value(P) : (acc == so.s) ? so.out : R + xlog(a + acc * b);
+            acc += e;
         } else {
-            acc += xexp(v[k] - ref);
-            o[k] = R + xlog(a + acc * b);
+            acc += e;
+            o[k] = (acc == so.s) ? so.out : R + xlog(a + acc * b);
         }
     }
 }
@@ -201,13 +207,21 @@ xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
         Pair<T> before = identity<T>(), chunk = identity<T>();
         if (sums) {
             T b = T(0), t = T(0);
+            int earlier = 0, only = 0;  // earlier runs that add to b, and the last of them
 #pragma unroll
             for (int w = 0; w < WARPS; ++w) {
                 const T d = run_sum[w][lane];
-                if (w < warp) b += d;
+                if (w < warp && d != T(0)) {
+                    b += d;
+                    ++earlier;
+                    only = w;
+                }
                 t += d;
             }
-            if (b != T(0)) before = Pair<T>{M, b};  // 0 only when every earlier run is -inf
+            // b is 0 only when every earlier run is -inf; one earlier run is taken as its own
+            // pair: (M, b) would round a single finite term x through exp(x - M) and log
+            if (earlier == 1) before = run_agg[only][lane];
+            else if (earlier > 1) before = Pair<T>{M, b};
             chunk = Pair<T>{M, t};
         } else {
             for (int w = 0; w < WARPS; ++w) {

@@ -70,8 +70,11 @@ template <typename T> __device__ __forceinline__ Pair<T> combine(Pair<T> a, Pair
     if (a.m >= b.m) return Pair<T>{a.m, a.s + b.s * xexp(b.m - a.m)};
     return Pair<T>{b.m, a.s * xexp(a.m - b.m) + b.s};
 }
+// m + log(s); exactly m where s == 1, as for the pair (x, 1) of a single finite term x (the
+// float32 log2 approximation does not promise log(1) == 0). -inf + log(0) = -inf for the
+// identity.
 template <typename T> __device__ __forceinline__ T value(Pair<T> p) {
-    return p.m + xlog(p.s);  // -inf + log(0) = -inf for the identity
+    return (p.s == T(1)) ? p.m : p.m + xlog(p.s);
 }
 """
 
@@ -132,6 +135,23 @@ template <typename T> struct Rebase { T R, a, b; };
 template <typename T> __device__ __forceinline__ Rebase<T> rebase(Pair<T> P, T ref) {
     const T R = P.m > ref ? P.m : ref;
     return Rebase<T>{R, (P.m == neg_inf<T>()) ? T(0) : P.s * xexp(P.m - R), xexp(ref - R)};
+}
+
+// An output whose prefix holds a single finite term x is x exactly, which R + log(a + b * s)
+// is not where x != ref (exp(x - ref) and its log are rounded against ref). Such outputs are
+// those whose run sum s equals `s` below, and the output there is `out`; each output costs one
+// compare and select, and no exp or log is added:
+// * after the prefix (x, 1), the pair of a single finite term: where the run has added nothing
+//   yet (s == 0) the output is x;
+// * after nothing: the run's first element x0 (finite on the fast path) is the first finite
+//   term, and where s is still its own term e0 = exp(x0 - ref) the output is x0 (later terms
+//   that leave s unchanged are below half an ulp of it);
+// * after any other prefix: none (NaN: s is never NaN on the fast path).
+template <typename T> struct Sole { T s, out; };
+template <typename T> __device__ __forceinline__ Sole<T> sole(Pair<T> P, T x0, T e0) {
+    if (P.m == neg_inf<T>()) return Sole<T>{e0, x0};
+    if (P.s == T(1)) return Sole<T>{T(0), P.m};
+    return Sole<T>{qnan<T>(), T(0)};
 }
 """
 

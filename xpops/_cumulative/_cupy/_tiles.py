@@ -325,12 +325,18 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
         return;
     }
     const Rebase<T> f = rebase(P, B);
+    // the tile's first term exp(x0 - B) as its sums hold it, needed only after an empty prefix
+    const bool empty = P.m == neg_inf<T>();
+    const Sole<T> so = sole(P, first_sh, empty ? math.exp(first_sh - B) : T(0));
 #pragma unroll
     for (int k = 0; k < ROUNDS; ++k) {
         const T S = sums_sh[k * WARPS + warp];
         T o[VEC];
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) o[j] = f.R + math.log(f.a + f.b * (S + v[k][j]));
+        for (int j = 0; j < VEC; ++j) {
+            const T s = S + v[k][j];
+            o[j] = (s == so.s) ? so.out : f.R + math.log(f.a + f.b * s);
+        }
         // the tile's first exclusive output is P alone, which may lie below B - THRESHOLD
         if (exclusive && k == 0 && tid == 0) o[0] = value(P);
         store_chunk<T, VEC>(outr, L, start + ((long long)k * THREADS + tid) * VEC, reverse,
@@ -439,9 +445,15 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
         return;
     }
     const Rebase<T> f = rebase(P, B);
+    // the tile's first term exp(x0 - B) as its sums hold it, needed only after an empty prefix
+    const bool empty = P.m == neg_inf<T>();
+    const Sole<T> so = sole(P, first_sh, empty ? math.exp(first_sh - B) : T(0));
     const T S = warp_sh[warp] + before;
 #pragma unroll UNROLL
-    for (int j = 0; j < ITEMS; ++j) run[j] = f.R + math.log(f.a + f.b * (S + run[j]));
+    for (int j = 0; j < ITEMS; ++j) {
+        const T s = S + run[j];
+        run[j] = (s == so.s) ? so.out : f.R + math.log(f.a + f.b * s);
+    }
     // the tile's first exclusive output is P alone, which may lie below B - THRESHOLD
     if (exclusive && tid == 0) run[0] = value(P);
     __syncthreads();
