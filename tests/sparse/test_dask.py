@@ -195,3 +195,25 @@ def test_cupy_chunks_sparse_divide(cupy_only):
     want = xpops.sparse.divide(x, y)
     assert got.nnz == want.nnz
     np.testing.assert_array_equal(cupy.asnumpy(got.toarray()), want.toarray())
+
+
+def test_cupy_coo_chunks_and_big_int_divisor(cupy_only):
+    """cupyx COO chunks show an ndarray meta too; a Python int past int64 divides them."""
+    cupy = cupy_only
+    import cupyx.scipy.sparse as csp
+
+    x = _sp_random(40, 30, density=0.1, format="csr", random_state=0, dtype=np.float32)
+    dx = da.from_array(x, chunks=(10, 15), asarray=False).map_blocks(
+        lambda b: csp.coo_matrix(csp.csr_matrix(b)), meta=csp.coo_matrix((0, 0), dtype=np.float32)
+    )
+    got = xpops.sparse.divide(dx, dx).compute()
+    want = xpops.sparse.divide(x.tocoo(), x.tocoo())
+    assert csp.issparse(got)
+    np.testing.assert_array_equal(cupy.asnumpy(got.toarray()), want.toarray())
+    got = xpops.sparse.divide(dx, 2**64).compute()
+    assert got.dtype == np.float32
+    want = xpops.sparse.divide(x, 2**64)  # NumPy's x.data / 2**64, checked in test_operands
+    np.testing.assert_array_equal(cupy.asnumpy(got.toarray()), want.toarray())
+    dense = da.ones((40, 30), chunks=(10, 15)).map_blocks(cupy.asarray)
+    with pytest.raises(TypeError, match=r"`x`'s chunks must be a COO or CSR .*cupy.ndarray"):
+        xpops.sparse.divide(dense, dx)
