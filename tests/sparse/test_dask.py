@@ -76,6 +76,8 @@ def test_dense_chunks_refused_at_call_time():
         xpops.sparse.divide(dense, 2.0)
     with pytest.raises(TypeError, match=rf"`x`'s chunks {in_memory}"):  # a dense meta given
         xpops.sparse.divide(dense.map_blocks(np.sin, meta=np.empty((0, 0))), 2.0)
+    with pytest.raises(TypeError, match=rf"`x`'s chunks {in_memory}"):  # 0-d
+        xpops.sparse.divide(da.asarray(2.0), 3)
     with pytest.raises(TypeError, match=r"`x` must be a COO or CSR .*got numpy.ndarray"):
         xpops.sparse.divide(np.ones((20, 10)), x)  # the in-memory message it mirrors
 

@@ -110,7 +110,7 @@ def _check_chunks(a: Any, name: str) -> tuple[str, Any]:
     they are computed)."""
     sample = a._meta
     if isinstance(sample, np.ndarray):
-        sample = a.blocks[(0,) * a.ndim].compute()
+        sample = a.to_delayed().ravel()[0].compute()
     kind = check_sparse(sample, name, "'s chunks")
     check_numeric(a.dtype, f"`{name}`")
     return kind, sample
