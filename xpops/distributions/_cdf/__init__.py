@@ -2,16 +2,19 @@
 
 `of_distribution` takes a distribution's parameters and the values (checked by the
 distribution) to the problems ``P(lower - loc < L Z <= upper - loc)`` in float64, in the
-parameters' library: on the CPU for NumPy and other CPU arrays (read in place), on their GPU
-for CuPy arrays. `mvn_cdf` solves such a batch of problems and picks the engine: NumPy arrays
-go to the NumPy engine (`_numpy`, Genz's quasi-Monte-Carlo method, D = 1 and 2
-deterministic); CuPy arrays go to the CuPy engine (`_cupy`, GPU kernels) when their D is one
-its kernels take (`_genz.DEVICE_DIMS`, and D = 0), and otherwise to the NumPy engine on host
-copies, the results returned on the arrays' device. Both engines import only `_genz`, what
-they share.
+parameters' library, solves them, warns (`IntegrationWarning`) where a problem stopped at
+`maxpts` short of its tolerance unless the caller asked for the error estimates, and returns
+the results in the parameters' dtype. The problems of NumPy arrays and of other CPU arrays
+(read in place) are set up by the NumPy engine (`_numpy`), those of CuPy arrays on their GPU by
+the CuPy engine (`_cupy`). `mvn_cdf` solves a batch of problems: NumPy arrays by the NumPy
+engine (Genz's quasi-Monte-Carlo method, D = 1 and 2 deterministic); CuPy arrays by the GPU
+kernels when their D is one they take (`_genz.DEVICE_DIMS`, and D = 0), and otherwise by the
+NumPy engine on host copies (`_host`), the results returned on the arrays' device. This module
+holds the dispatch tables and the shared handling of the arguments; the engines import only
+`_genz`, what they share.
 """
 
-import math
+import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -19,12 +22,21 @@ import numpy as np
 
 from ..._lib import _compat
 from ..._lib._dispatch import Engines, dispatch
-from ..._lib._random import host_rng
 from ..._lib._typing import Array, Namespace
-from .._common import batch_of
-from ._genz import DEVICE_DIMS, check_shift_rng
+from . import _host
+from ._genz import DEVICE_DIMS
 
-__all__ = ["Distribution", "mvn_cdf", "of_distribution"]
+__all__ = ["Distribution", "IntegrationWarning", "mvn_cdf", "of_distribution"]
+
+
+class IntegrationWarning(RuntimeWarning):
+    """A multivariate normal ``cdf`` or ``logcdf`` stopped at ``maxpts`` integrand evaluations
+    before its error estimate met the requested tolerance (``abseps``, ``releps``).
+
+    The results are returned with the error they reached. Raise ``maxpts`` (or loosen the
+    tolerance) to meet it, or pass ``return_error=True`` to get the error estimates and no
+    warning.
+    """
 
 
 class Distribution(NamedTuple):
@@ -44,95 +56,22 @@ def of_distribution(
     """cdf (`log`: logcdf) of `dist` at `value` above `lower_limit` (None: -inf), with the
     options of `mvn_cdf` and ``return_error``; results of shape ``broadcast(value.shape[:-1],
     lower_limit.shape[:-1], batch_shape)`` in the parameters' dtype and library."""
-    return dispatch(dist.xp, _OF_DISTRIBUTION, dist, value, lower_limit, options, log)
-
-
-def _of_cupy(
-    dist: Distribution, value: Any, lower_limit: Any, options: dict[str, Any], log: bool
-) -> Any:
-    """CuPy parameters: the problems on their GPU."""
-    xp = dist.xp
+    options = dict(options)
     return_error = options.pop("return_error")
-    upper = dist.check(value, "value", allow_inf=True)
-    batch = batch_of(upper.shape[:-1], dist.batch_shape)
-    lower = None
-    if lower_limit is not None:
-        lower = dist.check(lower_limit, "lower_limit", allow_inf=True)
-        batch = batch_of(batch, lower.shape[:-1])
-    with dist.tril.device:  # the engine computes in float64 on the parameters' GPU
-        loc = xp.astype(dist.loc, xp.float64)
-        b = xp.astype(upper, xp.float64) - loc
-        a = xp.full_like(b, -math.inf) if lower is None else lower - loc
-        out, err = mvn_cdf(a, b, dist.tril, log=log, **options)
-        result = tuple(xp.astype(xp.reshape(r, batch), dist.dtype) for r in (out, err))
-    return result if return_error else result[0]
-
-
-def _of_numpy(
-    dist: Distribution, value: Any, lower_limit: Any, options: dict[str, Any], log: bool
-) -> Any:
-    """NumPy parameters."""
-
-    def back(r: np.ndarray) -> Array:
-        return np.asarray(r, dtype=np.dtype(dist.dtype))
-
-    return _on_cpu(dist, value, lower_limit, options, log, lambda a: a, back)
-
-
-def _of_other(
-    dist: Distribution, value: Any, lower_limit: Any, options: dict[str, Any], log: bool
-) -> Any:
-    """CPU arrays of other libraries: read in place by the NumPy engine, the results returned
-    in their library; ``NotImplementedError`` on other devices."""
-    xp, device = dist.xp, _compat.device(dist.tril)
-    if "cpu" not in str(device).lower():
+    check = not return_error and dist.tril.shape[-1] >= 3  # D = 1, 2: deterministic
+    out, err, missed = dispatch(
+        dist.xp, _OF_DISTRIBUTION, dist, value, lower_limit, options, log, check
+    )
+    if missed:
+        name = "logcdf" if log else "cdf"
         msg = (
-            "cdf and logcdf run on the CPU or, for CuPy arrays, on the GPU in this version, "
-            f"got {xp.__name__} arrays on {device}"
+            f"{name}: {missed} of the integrals stopped at maxpts={options['maxpts']} "
+            f"integrand evaluations short of the tolerance (abseps={options['abseps']}, "
+            f"releps={options['releps']}); raise `maxpts`, or pass `return_error=True` to get "
+            "the error estimates"
         )
-        raise NotImplementedError(msg)
-
-    def host(a: Array) -> np.ndarray:  # no device transfer
-        detach = getattr(a, "detach", None)  # a torch tensor that requires grad
-        return np.from_dlpack(detach() if detach is not None else a)
-
-    def back(r: np.ndarray) -> Array:
-        return xp.asarray(np.array(r, dtype=np.float64), dtype=dist.dtype, device=device)
-
-    return _on_cpu(dist, value, lower_limit, options, log, host, back)
-
-
-def _on_cpu(
-    dist: Distribution,
-    value: Any,
-    lower_limit: Any,
-    options: dict[str, Any],
-    log: bool,
-    host: Callable[[Array], np.ndarray],
-    back: Callable[[np.ndarray], Array],
-) -> Any:
-    """The problems in NumPy: `host` reads an array as NumPy, `back` returns a result in the
-    parameters' library."""
-    return_error = options.pop("return_error")
-    d = dist.tril.shape[-1]
-    upper = host(dist.check(value, "value", allow_inf=True))
-    if lower_limit is None:
-        lower = np.full_like(upper, -np.inf)
-    else:
-        lower = host(dist.check(lower_limit, "lower_limit", allow_inf=True))
-    batch = batch_of(upper.shape[:-1], lower.shape[:-1], dist.batch_shape)
-    loc = np.broadcast_to(host(dist.loc), (*batch, d)).astype(np.float64)
-    a = np.broadcast_to(lower, (*batch, d)) - loc
-    b = np.broadcast_to(upper, (*batch, d)) - loc
-    tril = np.broadcast_to(host(dist.tril), (*batch, d, d)).astype(np.float64)
-    if d == 0:
-        out, err = (np.zeros(batch) if log else np.ones(batch)), np.zeros(batch)
-    else:  # D = 1 and 2 deterministic inside, D >= 3 quasi-Monte-Carlo
-        out, err = mvn_cdf(a, b, tril, log=log, **options)
-    out, err = np.reshape(out, batch), np.reshape(err, batch)
-    result = (out, err) if return_error else (out,)
-    converted = tuple(back(r) for r in result)
-    return converted if return_error else converted[0]
+        warnings.warn(msg, IntegrationWarning, stacklevel=5)
+    return (out, err) if return_error else out
 
 
 def mvn_cdf(
@@ -163,22 +102,15 @@ def mvn_cdf(
     return result
 
 
-def _on_host(lower: Any, upper: Any, chol: Any, *, rng: Any, **options: Any) -> tuple[Any, Any]:
-    """CuPy arrays of a D the GPU kernels do not take: the NumPy engine on host copies (D = 1
-    and 2 by its deterministic algorithms), the results float64 arrays on `chol`'s device. A
-    ``cupy.random.Generator`` gives the NumPy engine a generator seeded from it."""
-    check_shift_rng(rng)
-    xp = _compat.array_namespace(chol)
-    device = _compat.device(chol)
-    host = [
-        _compat.to_device(xp.asarray(a, dtype=xp.float64, device=device), "cpu")
-        for a in (lower, upper, chol)
-    ]
-    v, e = _HOST_ENGINES["numpy"](*host, rng=host_rng(rng), **options)
-    return (
-        xp.asarray(v, dtype=xp.float64, device=device),
-        xp.asarray(e, dtype=xp.float64, device=device),
-    )
+def _of_cupy(*args: Any) -> Any:
+    """CuPy parameters: the CuPy engine sets the problems up on their GPU and solves them by
+    `mvn_cdf` (kernels or host copies, by D)."""
+    return _CUPY_PROBLEMS["cupy"](*args, solve=mvn_cdf)
+
+
+def _via_host(lower: Any, upper: Any, chol: Any, **options: Any) -> tuple[Any, Any]:
+    """Device arrays of a D the kernels do not take: the NumPy engine on host copies."""
+    return _host.on_host(lower, upper, chol, solve=_ENGINES["numpy"], **options)
 
 
 def _in_memory_only(*args: Any, **kwargs: Any) -> Any:
@@ -186,8 +118,21 @@ def _in_memory_only(*args: Any, **kwargs: Any) -> Any:
     raise TypeError(msg)
 
 
+# The problems of a distribution: set up in NumPy for NumPy and other CPU arrays, on the GPU
+# for CuPy arrays.
 _OF_DISTRIBUTION = Engines(
-    __package__, numpy=_of_numpy, cupy=_of_cupy, dask=_in_memory_only, generic=_of_other
+    __package__,
+    numpy="._numpy:of_numpy",
+    cupy=_of_cupy,
+    dask=_in_memory_only,
+    generic="._numpy:of_other",
+)
+_CUPY_PROBLEMS = Engines(
+    __package__,
+    numpy=_in_memory_only,
+    cupy="._cupy:of_distribution",
+    dask=_in_memory_only,
+    generic=_in_memory_only,
 )
 # NumPy and other CPU arrays (read as NumPy by np.asarray) take the NumPy engine; CuPy arrays
 # the GPU kernels.
@@ -203,7 +148,7 @@ _ENGINES = Engines(
 _HOST_ENGINES = Engines(
     __package__,
     numpy="._numpy:mvn_cdf",
-    cupy=_on_host,
+    cupy=_via_host,
     dask=_in_memory_only,
     generic="._numpy:mvn_cdf",
 )

@@ -32,6 +32,9 @@ __all__ = ["LOG_SQRT_2PI", "bvn_cdf", "log1mexp", "log_bvn_cdf", "log_norm_cdf",
 _SQRT1_2 = math.sqrt(0.5)
 LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 _LN2 = math.log(2.0)
+# log P is log1p(-Q) where the probability outside, Q, is below this: Q is then the sum of two
+# tails of one sign, each accurate to its last bits, so the log keeps its relative accuracy
+_NEAR_ONE = 0.25
 
 # --------------------------------------------------------------------------------------------
 # 1-D
@@ -63,7 +66,9 @@ def norm_cdf(a, b):
 def log_norm_cdf(a, b):
     """``log P(a < Z <= b)`` for a standard normal ``Z``, elementwise (``-inf`` where ``a >= b``).
 
-    Accurate far in the tails: ``log_norm_cdf(-inf, -40)`` is ``log_ndtr(-40)``.
+    Accurate to a few ulp relative everywhere: far in the tails (``log_norm_cdf(-inf, -40)``
+    is ``log_ndtr(-40)``) and where ``P`` is near 1, where the log is ``log1p`` of minus the
+    probability outside (``log_norm_cdf(-inf, 20)`` is ``log_ndtr(20)``, -2.75e-89).
     """
     a, b = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64))
     with np.errstate(invalid="ignore"):
@@ -75,7 +80,10 @@ def log_norm_cdf(a, b):
         lhi = special.log_ndtr(hi)
         tails = lhi + log1mexp(np.minimum(special.log_ndtr(lo) - lhi, 0.0))
         central = np.log(0.5 * (special.erf(hi * _SQRT1_2) - special.erf(lo * _SQRT1_2)))
-    out = np.where(tail, tails, central)
+        # near 1: log1p of minus the two tails outside, each accurate to its last bits
+        outside = special.ndtr(lo) + special.ndtr(-hi)
+        near_one = np.log1p(-outside)
+    out = np.where(tail, tails, np.where(outside < _NEAR_ONE, near_one, central))
     out = np.where(
         a < b, np.minimum(out, 0.0), np.where(np.isnan(a) | np.isnan(b), np.nan, -np.inf)
     )
@@ -298,11 +306,45 @@ def _log_bvn_integral(lo_, up_, r):
     return special.logsumexp(vals, axis=-1)
 
 
+def _bvn_outside(lo, up, r):
+    """``P((X, Y) not in (lo, up])`` to full relative accuracy where it is small: the two
+    marginal probabilities outside less the four corners outside both, each corner's from its
+    log (`log_bvn_cdf`, accurate relative far in the tails; a corner's probability is at most
+    the smaller marginal's, so the difference keeps the relative accuracy of its terms)."""
+    m = (
+        special.ndtr(lo[:, 0])
+        + special.ndtr(-up[:, 0])
+        + special.ndtr(lo[:, 1])
+        + special.ndtr(-up[:, 1])
+    )
+    n = lo.shape[0]
+    full = np.full(n, np.inf)
+    corners_lo = np.stack(
+        [
+            np.stack([-full, -full], -1),  # X <= l1, Y <= l2
+            np.stack([-full, up[:, 1]], -1),  # X <= l1, Y > u2
+            np.stack([up[:, 0], -full], -1),  # X > u1, Y <= l2
+            up,  # X > u1, Y > u2
+        ]
+    )
+    corners_up = np.stack(
+        [
+            lo,
+            np.stack([lo[:, 0], full], -1),
+            np.stack([full, lo[:, 1]], -1),
+            np.stack([full, full], -1),
+        ]
+    )
+    both = np.exp(log_bvn_cdf(corners_lo, corners_up, np.broadcast_to(r, (4, n)))).sum(0)
+    return np.maximum(m - both, 0.0)
+
+
 def log_bvn_cdf(lower, upper, rho):
     """``log P(lower < (X, Y) <= upper)`` for a standard bivariate normal with correlation ``rho``.
 
     Shapes as in `bvn_cdf`. Finite and accurate to about 1e-10 relative far in the tails
-    (where the probability underflows); ``-inf`` for empty rectangles.
+    (where the probability underflows), and where the probability is near 1 (``log1p`` of
+    minus the probability outside, `_bvn_outside`); ``-inf`` for empty rectangles.
     """
     shape, l2, u2, r, empty, nan = _prep_bvn(lower, upper, rho)
     n = l2.shape[0]
@@ -328,5 +370,9 @@ def log_bvn_cdf(lower, upper, rho):
         j = idx[small]
         if j.size:
             out[j] = _log_bvn_integral(l2[j], u2[j], r[j])
+        near = (p > 1.0 - _NEAR_ONE) & ~zero & ~one & ~mone
+        j = idx[near]
+        if j.size:
+            out[j] = np.log1p(-_bvn_outside(l2[j], u2[j], r[j]))
     out[nan] = np.nan
     return out.reshape(shape)[()] if shape == () else out.reshape(shape)

@@ -36,21 +36,24 @@ import cupy
 import numpy as np
 
 from ..._lib._cuda import grid_1d, multiprocessors
+from .._common import batch_of
 from ._cupy_source import SOURCE
 from ._genz import (
     DEG_RTOL,
     DEVICE_DIMS,
     ERR_FACTOR,
     GROWTH,
+    LOG_RTOL,
     N0,
     NSHIFTS,
     Y_CLIP,
     check_shift_rng,
     korobov,
+    missed_tolerance,
     next_prime,
 )
 
-__all__ = ["MAX_D", "mvn_cdf"]
+__all__ = ["MAX_D", "mvn_cdf", "of_distribution"]
 
 #: The largest D the kernels take (`_genz.DEVICE_DIMS` says why).
 MAX_D = DEVICE_DIMS[-1]
@@ -67,7 +70,31 @@ BLOCKS_PER_SM = 16
 ROUND_THREADS = 128  # threads a block of the round kernel (a thread per active problem)
 PRIORITIZE_THREADS = 64  # threads a block of the prioritize kernel (a thread per problem)
 
-_OPTIONS = ("-std=c++17", f"-DXPOPS_NSHIFTS={NSHIFTS}")
+_OPTIONS = ("-std=c++17", f"-DXPOPS_NSHIFTS={NSHIFTS}", f"-DXPOPS_LOG_RTOL={LOG_RTOL!r}")
+
+
+def of_distribution(dist, value, lower_limit, options, log, check, *, solve):
+    """CuPy parameters: the problems set up on their GPU (in its device context) and solved
+    by `solve` (`_cdf.mvn_cdf`, which picks the kernels or host copies by D); ``(value, error,
+    missed)`` as `_cdf.of_distribution` takes them."""
+    xp = dist.xp
+    upper = dist.check(value, "value", allow_inf=True)
+    batch = batch_of(upper.shape[:-1], dist.batch_shape)
+    lower = None
+    if lower_limit is not None:
+        lower = dist.check(lower_limit, "lower_limit", allow_inf=True)
+        batch = batch_of(batch, lower.shape[:-1])
+    with dist.tril.device:  # the engine computes in float64 on the parameters' GPU
+        loc = xp.astype(dist.loc, xp.float64)
+        b = xp.astype(upper, xp.float64) - loc
+        a = xp.full_like(b, -math.inf) if lower is None else lower - loc
+        out, err = solve(a, b, dist.tril, log=log, **options)
+        out, err = xp.reshape(out, batch), xp.reshape(err, batch)
+        missed = 0
+        if check:  # one sync
+            missed = missed_tolerance(cupy, out, err, options["abseps"], options["releps"], log)
+        result = tuple(xp.astype(r, dist.dtype) for r in (out, err))
+    return (*result, missed)
 
 
 def _dmax(d: int) -> int:

@@ -2,7 +2,8 @@
 the 1-D normal (log) probabilities and their inverses in namespace ``xpops_mvn``, and the three
 kernels ``xpops_mvn_cdf_prioritize``, ``xpops_mvn_cdf_sample`` and ``xpops_mvn_cdf_round``.
 
-``XPOPS_NSHIFTS`` (the shifts a round) is defined at compile time from `_genz.NSHIFTS`.
+``XPOPS_NSHIFTS`` (the shifts a round) and ``XPOPS_LOG_RTOL`` are defined at compile time
+from `_genz.NSHIFTS` and `_genz.LOG_RTOL`.
 """
 
 __all__ = ["SOURCE"]
@@ -453,7 +454,10 @@ __global__ void xpops_mvn_cdf_round(const double* __restrict__ part, long long n
             val = new_e;
             err = err_factor * sqrt(new_v);
         }
-        const double tol = fmax(abseps, releps * fabs(isfinite(val) ? val : 0.0));
+        // _genz.tolerance: logcdf tightens the cdf's rule to a relative error of at most
+        // max(releps, XPOPS_LOG_RTOL) where P is small
+        const double tol = LOG ? fmax(releps, fmin(abseps * exp(fmin(-val, 700.0)), XPOPS_LOG_RTOL))
+                               : fmax(abseps, releps * fabs(isfinite(val) ? val : 0.0));
         done[ia] = (err <= tol || over) ? 1 : 0;
         value[todo[p]] = LOG ? (val > 0.0 ? 0.0 : val) : clip(val, 0.0, 1.0);
         error[todo[p]] = err;

@@ -4,7 +4,8 @@ randomized quasi-Monte-Carlo method and its lattice rules.
 Both engines (`_numpy`, `_cupy`) integrate by randomly shifted rank-1 lattice rules of Korobov
 generating vectors: `NSHIFTS` shifts a round, a first lattice of `N0` points and then the next
 prime at least `GROWTH` times larger, rounds combined with inverse-variance weights and an error
-of `ERR_FACTOR` standard errors. A seed draws the same shifts on both. Imports no engine.
+of `ERR_FACTOR` standard errors. A seed draws the same shifts on both. `tolerance` is the
+stopping rule of both (and of the entry's check for a missed tolerance). Imports no engine.
 """
 
 import math
@@ -19,12 +20,15 @@ __all__ = [
     "DEVICE_DIMS",
     "ERR_FACTOR",
     "GROWTH",
+    "LOG_RTOL",
     "N0",
     "NSHIFTS",
     "Y_CLIP",
     "check_shift_rng",
     "korobov",
+    "missed_tolerance",
     "next_prime",
+    "tolerance",
 ]
 
 NSHIFTS = 10  # random shifts per round
@@ -33,6 +37,9 @@ N0 = 47  # lattice size of the first round; each later round is the next prime >
 GROWTH = 1.5
 DEG_RTOL = 1e-12  # conditional variance <= this x marginal variance: a degenerate variable
 Y_CLIP = 1e8  # sampled values are kept finite (+-inf only at measure-zero points)
+# logcdf: the loosest relative error of a small probability (unless `releps` is larger), so
+# that the log stays meaningful where `abseps` alone would accept any value
+LOG_RTOL = 1e-3
 _KOROBOV: dict[tuple[int, int], np.ndarray] = {}
 
 
@@ -108,3 +115,27 @@ def check_shift_rng(rng: Any) -> None:
     """The source of the random shifts must be None, an int seed or a NumPy or CuPy generator
     (``TypeError`` otherwise)."""
     _random.check_rng(rng, _random.ANY, "None, an int seed or a random Generator", got="repr")
+
+
+def tolerance(xp: Any, value: Any, abseps: float, releps: float, log: bool) -> Any:
+    """The error at which a problem stops, elementwise (`xp`: NumPy or CuPy).
+
+    cdf: ``max(abseps, releps * |P|)`` (non-finite values count as 0). logcdf (`value` is
+    ``log P`` and the error that of the log, i.e. the relative error of ``P``): the cdf's rule
+    on ``P``, tightened where ``P`` is small to a relative error of at most
+    ``max(releps, LOG_RTOL)``: ``max(releps, min(abseps / P, LOG_RTOL))`` (``1 / P`` capped at
+    ``exp(700)``).
+    """
+    if not log:
+        return xp.maximum(abseps, releps * xp.abs(xp.where(xp.isfinite(value), value, 0.0)))
+    inv_p = xp.exp(xp.minimum(-value, 700.0))
+    return xp.maximum(releps, xp.minimum(abseps * inv_p, LOG_RTOL))
+
+
+def missed_tolerance(
+    xp: Any, value: Any, error: Any, abseps: float, releps: float, log: bool
+) -> int:
+    """How many problems stopped short of their `tolerance` (at ``maxpts``). The cdf's rule is
+    taken at ``value + error``: the engines test the value before clipping it to [0, 1]."""
+    at = value if log else value + error
+    return int(xp.count_nonzero(error > tolerance(xp, at, abseps, releps, log)))

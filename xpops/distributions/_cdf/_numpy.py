@@ -24,12 +24,28 @@ from typing import Any, cast
 import numpy as np
 from scipy import special
 
+from ..._lib import _compat
+from .._common import batch_of
 from ._bivariate import LOG_SQRT_2PI, bvn_cdf, log1mexp, log_bvn_cdf, log_norm_cdf, norm_cdf
-from ._genz import DEG_RTOL, ERR_FACTOR, GROWTH, N0, NSHIFTS, Y_CLIP, korobov, next_prime
+from ._genz import (
+    DEG_RTOL,
+    ERR_FACTOR,
+    GROWTH,
+    N0,
+    NSHIFTS,
+    Y_CLIP,
+    korobov,
+    missed_tolerance,
+    next_prime,
+    tolerance,
+)
 
-__all__ = ["mvn_cdf"]
+__all__ = ["mvn_cdf", "of_numpy", "of_other"]
 
 _CHUNK = 1 << 19  # (problems x points x dimensions) elements per chunk of the sampler
+# logcdf, D >= 3: the union bound of the probability outside the box below which the log is
+# log1p of minus that probability, computed to a relative error
+_NEAR_ONE = 1e-2
 
 
 def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
@@ -171,6 +187,42 @@ def _shift_means(a, b, c, deg, z, n, shifts, log):
     return out - math.log(n) if log else out / n
 
 
+def _outside_if_small(a, b, sigma, chol, abseps, releps, maxpts, gen):
+    """Where the union bound puts the probability outside the box, ``Q = 1 - P``, below
+    `_NEAR_ONE`: ``Q`` to the relative accuracy that logcdf asks of a small probability
+    (`_genz.tolerance`), so that ``log P = log1p(-Q)`` keeps its relative accuracy.
+
+    ``Q`` is the sum over variables ``i`` of ``P(X_i outside its interval, X_j inside for
+    j < i)``, two boxes each (below and above), each a small probability that Genz's method
+    computes to a relative error; ``(near mask, Q, error of Q)``.
+    """
+    d = a.shape[1]
+    sd = np.sqrt(np.diagonal(sigma, axis1=1, axis2=2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        outside = special.ndtr(a / sd) + special.ndtr(-b / sd)
+    outside = np.where(sd > 0, outside, ((a >= 0) | (b < 0)).astype(float))
+    bound = outside.sum(-1)
+    near = bound < _NEAR_ONE
+    if not near.any():
+        return near, np.zeros(0), np.zeros(0)
+    a, b, chol, bound = a[near], b[near], chol[near], bound[near]
+    m = a.shape[0]
+    lo = np.empty((m, 2 * d, d))
+    up = np.empty((m, 2 * d, d))
+    free = np.arange(d)
+    for i in range(d):
+        for k, (lo_i, up_i) in enumerate(((-np.inf, a[:, i]), (b[:, i], np.inf))):
+            row = 2 * i + k
+            lo[:, row] = np.where(free < i, a, -np.inf)
+            up[:, row] = np.where(free < i, b, np.inf)
+            lo[:, row, i] = lo_i
+            up[:, row, i] = up_i
+    with np.errstate(divide="ignore"):
+        rel = float(np.min(tolerance(np, np.log(bound), abseps, releps, True)))
+    terms, err = mvn_cdf(lo, up, chol[:, None], abseps=0.0, releps=rel, maxpts=maxpts, rng=gen)
+    return near, np.clip(terms.sum(-1), 0.0, 1.0), np.sqrt((err * err).sum(-1))
+
+
 def mvn_cdf(lower, upper, chol, *, abseps=1e-5, releps=0.0, maxpts=None, rng=None, log=False):
     """``P(lower < X <= upper)`` for ``X ~ N(0, chol @ chol.T)``, batched: ``(value, error)``.
 
@@ -239,6 +291,15 @@ def mvn_cdf(lower, upper, chol, *, abseps=1e-5, releps=0.0, maxpts=None, rng=Non
         todo, a, b, sigma = todo[~ok], a[~ok], b[~ok], sigma[~ok]
         if todo.size == 0:
             return value.reshape(shape), error.reshape(shape)
+    gen = np.random.default_rng(rng)
+    if log and d >= 3:  # P near 1: log1p of minus the probability outside
+        near, q, q_err = _outside_if_small(a, b, sigma, lf[todo], abseps, releps, maxpts, gen)
+        if near.any():
+            value[todo[near]] = np.log1p(-q)
+            error[todo[near]] = q_err / (1.0 - q)
+            todo, a, b, sigma = todo[~near], a[~near], b[~near], sigma[~near]
+            if todo.size == 0:
+                return value.reshape(shape), error.reshape(shape)
     a, b, c, deg = _prioritize(a, b, sigma)
     if d == 1:  # exact
         cd = np.where(deg[:, 0], 1.0, c[:, 0, 0])
@@ -250,7 +311,6 @@ def mvn_cdf(lower, upper, chol, *, abseps=1e-5, releps=0.0, maxpts=None, rng=Non
             v = np.where(deg[:, 0], ind, norm_cdf(a[:, 0] / cd, b[:, 0] / cd))
         value[todo] = v
         return value.reshape(shape), error.reshape(shape)
-    gen = np.random.default_rng(rng)
     s = d - 1
     n = N0
     used = np.zeros(todo.size, dtype=np.int64)
@@ -293,10 +353,74 @@ def mvn_cdf(lower, upper, chol, *, abseps=1e-5, releps=0.0, maxpts=None, rng=Non
         else:
             val = new_e
             err = ERR_FACTOR * np.sqrt(new_v)
-        tol = np.maximum(abseps, releps * np.abs(np.where(np.isfinite(val), val, 0.0)))
+        tol = tolerance(np, val, abseps, releps, log)
         done = (err <= tol) | (used[active] + NSHIFTS * next_prime(int(n * GROWTH)) > maxpts)
         value[todo[active]] = np.clip(val, -np.inf, 0.0) if log else np.clip(val, 0.0, 1.0)
         error[todo[active]] = err
         active = active[~done]
         n = next_prime(int(n * GROWTH))
     return value.reshape(shape), error.reshape(shape)
+
+
+# --------------------------------------------------------------------------------------------
+# the problems of a distribution on the CPU
+
+
+def of_numpy(
+    dist: Any, value: Any, lower_limit: Any, options: dict[str, Any], log: bool, check: bool
+) -> tuple[Any, Any, int]:
+    """NumPy parameters: ``(value, error, missed)`` as `_cdf.of_distribution` takes them."""
+
+    def back(r: np.ndarray) -> Any:
+        return np.asarray(r, dtype=np.dtype(dist.dtype))
+
+    return _on_cpu(dist, value, lower_limit, options, log, check, lambda a: a, back)
+
+
+def of_other(
+    dist: Any, value: Any, lower_limit: Any, options: dict[str, Any], log: bool, check: bool
+) -> tuple[Any, Any, int]:
+    """CPU arrays of other libraries: read in place, the results returned in their library;
+    ``NotImplementedError`` on other devices."""
+    xp, device = dist.xp, _compat.device(dist.tril)
+    if "cpu" not in str(device).lower():
+        msg = (
+            "cdf and logcdf run on the CPU or, for CuPy arrays, on the GPU in this version, "
+            f"got {xp.__name__} arrays on {device}"
+        )
+        raise NotImplementedError(msg)
+
+    def host(a: Any) -> np.ndarray:  # no device transfer
+        detach = getattr(a, "detach", None)  # a torch tensor that requires grad
+        return np.from_dlpack(detach() if detach is not None else a)
+
+    def back(r: np.ndarray) -> Any:
+        return xp.asarray(np.array(r, dtype=np.float64), dtype=dist.dtype, device=device)
+
+    return _on_cpu(dist, value, lower_limit, options, log, check, host, back)
+
+
+def _on_cpu(dist, value, lower_limit, options, log, check, host, back):
+    """The problems in NumPy: `host` reads an array as NumPy, `back` returns a result in the
+    parameters' library; `missed` counts the problems short of their tolerance (when
+    `check`)."""
+    d = dist.tril.shape[-1]
+    upper = host(dist.check(value, "value", allow_inf=True))
+    if lower_limit is None:
+        lower = np.full_like(upper, -np.inf)
+    else:
+        lower = host(dist.check(lower_limit, "lower_limit", allow_inf=True))
+    batch = batch_of(upper.shape[:-1], lower.shape[:-1], dist.batch_shape)
+    loc = np.broadcast_to(host(dist.loc), (*batch, d)).astype(np.float64)
+    a = np.broadcast_to(lower, (*batch, d)) - loc
+    b = np.broadcast_to(upper, (*batch, d)) - loc
+    tril = np.broadcast_to(host(dist.tril), (*batch, d, d)).astype(np.float64)
+    if d == 0:
+        out, err = (np.zeros(batch) if log else np.ones(batch)), np.zeros(batch)
+    else:  # D = 1 and 2 deterministic inside, D >= 3 quasi-Monte-Carlo
+        out, err = mvn_cdf(a, b, tril, log=log, **options)
+    out, err = np.reshape(out, batch), np.reshape(err, batch)
+    missed = (
+        missed_tolerance(np, out, err, options["abseps"], options["releps"], log) if check else 0
+    )
+    return back(out), back(err), missed
