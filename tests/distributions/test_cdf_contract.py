@@ -271,3 +271,50 @@ def test_cdf_values_unchanged():
     value, error = dist.cdf(np.zeros(5), rng=0, return_error=True)
     assert (float(value), float(error)) == (0.16667086100504208, 8.611905260867376e-06)
     assert math.isclose(float(value), 1 / 6, abs_tol=3 * float(error))
+
+
+# ---- GPU (skipped without one): the CuPy engine's complement for 3 <= D <= 64 -------------
+
+
+@pytest.mark.parametrize("d", [3, 5])
+def test_gpu_logcdf_near_one(cupy_only, d):
+    from xpops.distributions._cdf import mvn_cdf as entry_mvn_cdf
+
+    cupy = cupy_only
+    r = 0.5
+    cov = np.full((d, d), r) + (1 - r) * np.eye(d)
+    lf = np.linalg.cholesky(cov)
+    # a batch of near-1 problems and ordinary ones: the same values as the NumPy engine
+    upper = np.stack([np.full(d, z) for z in ZS] + [np.zeros(d), np.full(d, 1.5)])
+    lower = np.full_like(upper, -inf)
+    lower[-1] = -1.0
+    want, want_err = numpy_engine.mvn_cdf(lower, upper, lf, log=True, rng=3)
+    got, err = entry_mvn_cdf(
+        cupy.asarray(lower), cupy.asarray(upper), cupy.asarray(lf), log=True, rng=3
+    )
+    assert isinstance(got, cupy.ndarray)
+    got, err = got.get(), err.get()
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(err, want_err, rtol=1e-6, atol=1e-300)
+    for i, z in enumerate(ZS):
+        ref = _mp_log_equicorrelated(z, r, d)
+        assert got[i] == pytest.approx(ref, rel=2 * LOG_RTOL, abs=0)
+    # through the distribution, float32 parameters
+    dist = MultivariateNormal(
+        cupy.zeros(d, dtype=cupy.float32), covariance_matrix=cupy.asarray(cov, dtype=cupy.float32)
+    )
+    v = dist.logcdf(cupy.full(d, 7.0, dtype=cupy.float32), rng=0)
+    assert v.dtype == cupy.float32
+    assert float(v) == pytest.approx(_mp_log_equicorrelated(7.0, r, d), rel=1e-3)
+
+
+def test_gpu_missed_tolerance_warns(cupy_only):
+    cupy = cupy_only
+    dist = MultivariateNormal(cupy.zeros(4), covariance_matrix=cupy.asarray(np.eye(4) + 0.5))
+    for method in ("cdf", "logcdf"):
+        with pytest.warns(IntegrationWarning, match="maxpts=100"):
+            getattr(dist, method)(cupy.zeros(4), maxpts=100, abseps=1e-12, rng=0)
+        _, err = getattr(dist, method)(
+            cupy.zeros(4), maxpts=100, abseps=1e-12, rng=0, return_error=True
+        )
+        assert float(err) > 1e-12

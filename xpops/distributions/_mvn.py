@@ -541,8 +541,8 @@ class MultivariateNormal:
         ``log1p(-Q)`` of the probability outside, ``Q``, computed to a relative error (D = 1
         exactly; D = 2 deterministically; D >= 3 where the union bound puts ``Q`` below 0.01,
         as the sum over coordinates ``i`` of the probability of ``X_i`` outside its interval
-        and the earlier coordinates inside, on the NumPy engine), so that ``logcdf(20)`` of a
-        standard normal is -2.75e-89 and not 0.
+        and the earlier coordinates inside, on the CPU and the GPU), so that ``logcdf(20)`` of
+        a standard normal is -2.75e-89 and not 0.
         """
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         return dispatch(self._serving(value), _CDF, self, value, lower_limit, options, True)

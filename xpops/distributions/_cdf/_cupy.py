@@ -26,6 +26,12 @@ The host runs the round loop: the Korobov vector (`_genz.korobov`, cached), the 
 (drawn on the host from a NumPy generator for None / an int seed, so that a seed draws the
 NumPy engine's shifts, or on the device from a ``cupy.random.Generator``), two launches and one
 read of the done flags a round.
+
+``logcdf`` first finds the problems near 1 (the union bound of the probability outside below
+`_genz.COMPLEMENT_BOUND`, one read) and computes them, as the NumPy engine does, as
+``log1p(-Q)`` from the boxes of `_genz.outside_boxes` (one more batch of rounds, in linear
+space, to a relative error), the shifts drawn from one generator in the NumPy engine's order.
+`of_distribution` sets a distribution's problems up on its GPU for the cdf entry.
 """
 
 from __future__ import annotations
@@ -34,11 +40,13 @@ import math
 
 import cupy
 import numpy as np
+from cupyx.scipy import special as cupyx_special
 
 from ..._lib._cuda import grid_1d, multiprocessors
 from .._common import batch_of
 from ._cupy_source import SOURCE
 from ._genz import (
+    COMPLEMENT_BOUND,
     DEG_RTOL,
     DEVICE_DIMS,
     ERR_FACTOR,
@@ -51,6 +59,8 @@ from ._genz import (
     korobov,
     missed_tolerance,
     next_prime,
+    outside_boxes,
+    tolerance,
 )
 
 __all__ = ["MAX_D", "mvn_cdf", "of_distribution"]
@@ -156,7 +166,60 @@ def mvn_cdf(lower, upper, chol, *, abseps=1e-5, releps=0.0, maxpts=None, rng=Non
         if maxpts is None:
             maxpts = 1_000_000 * d
         kw = {"abseps": abseps, "releps": releps, "maxpts": maxpts, "log": log}
-        return _mvn_cdf_device(lower, upper, chol, shape, d, rng, **kw)
+        if not log:
+            return _mvn_cdf_device(lower, upper, chol, shape, d, rng, **kw)
+        # one generator for the complement's problems and then the others: the NumPy
+        # engine's order of draws
+        gen = rng if isinstance(rng, cupy.random.Generator) else np.random.default_rng(rng)
+        near = _outside_if_small(lower, upper, chol, shape, d, gen, abseps, releps, maxpts)
+        if near is None:
+            return _mvn_cdf_device(lower, upper, chol, shape, d, gen, **kw)
+        idx, v_near, e_near = near
+        # the near problems as empty boxes for the main rounds, their values set after
+        lower = cupy.broadcast_to(lower, (*shape, d)).reshape(-1, d).copy()
+        upper = cupy.broadcast_to(upper, (*shape, d)).reshape(-1, d)
+        lower[idx] = upper[idx]
+        value, error = _mvn_cdf_device(
+            lower.reshape(*shape, d), upper.reshape(*shape, d), chol, shape, d, gen, **kw
+        )
+        value, error = value.reshape(-1), error.reshape(-1)
+        value[idx], error[idx] = v_near, e_near
+        return value.reshape(shape), error.reshape(shape)
+
+
+def _outside_if_small(lower, upper, chol, shape, d, gen, abseps, releps, maxpts):
+    """The NumPy engine's `_outside_if_small` on the GPU: where the union bound of the
+    probability outside the box is below `_genz.COMPLEMENT_BOUND`, ``log P = log1p(-Q)`` with
+    ``Q`` summed over `_genz.outside_boxes` (computed to a relative error by the rounds);
+    ``(flat indices, log P, its error)`` of those problems, or None (one sync)."""
+    nprob = math.prod(shape)
+    a = cupy.broadcast_to(lower, (*shape, d)).reshape(nprob, d)
+    b = cupy.broadcast_to(upper, (*shape, d)).reshape(nprob, d)
+    tril = cupy.broadcast_to(chol, (*shape, d, d)).reshape(nprob, d, d)
+    sd = cupy.sqrt((tril * tril).sum(-1))  # the marginal standard deviations
+    outside = cupyx_special.ndtr(a / sd) + cupyx_special.ndtr(-b / sd)
+    outside = cupy.where(sd > 0, outside, ((a >= 0) | (b < 0)).astype(np.float64))
+    bound = outside.sum(-1)
+    idx = cupy.flatnonzero(bound < COMPLEMENT_BOUND)
+    m = int(idx.size)
+    if m == 0:
+        return None
+    lo, up = outside_boxes(cupy, a[idx], b[idx])
+    rel = float(tolerance(cupy, cupy.log(bound[idx]), abseps, releps, True).min())
+    terms, err = _mvn_cdf_device(
+        lo,
+        up,
+        cupy.ascontiguousarray(tril[idx][:, None]),
+        (m, 2 * d),
+        d,
+        gen,
+        abseps=0.0,
+        releps=rel,
+        maxpts=maxpts,
+        log=False,
+    )
+    q = cupy.clip(terms.sum(-1), 0.0, 1.0)
+    return idx, cupy.log1p(-q), cupy.sqrt((err * err).sum(-1)) / (1.0 - q)
 
 
 def _mvn_cdf_device(lower, upper, chol, shape, d, rng, *, abseps, releps, maxpts, log):

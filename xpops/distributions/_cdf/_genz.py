@@ -16,6 +16,7 @@ import numpy as np
 from ..._lib import _random
 
 __all__ = [
+    "COMPLEMENT_BOUND",
     "DEG_RTOL",
     "DEVICE_DIMS",
     "ERR_FACTOR",
@@ -28,6 +29,7 @@ __all__ = [
     "korobov",
     "missed_tolerance",
     "next_prime",
+    "outside_boxes",
     "tolerance",
 ]
 
@@ -40,6 +42,9 @@ Y_CLIP = 1e8  # sampled values are kept finite (+-inf only at measure-zero point
 # logcdf: the loosest relative error of a small probability (unless `releps` is larger), so
 # that the log stays meaningful where `abseps` alone would accept any value
 LOG_RTOL = 1e-3
+# logcdf, D >= 3: where the union bound of the probability outside the box, Q = 1 - P, is
+# below this, log P is log1p(-Q) with Q computed to a relative error (`outside_boxes`)
+COMPLEMENT_BOUND = 1e-2
 _KOROBOV: dict[tuple[int, int], np.ndarray] = {}
 
 
@@ -139,3 +144,22 @@ def missed_tolerance(
     taken at ``value + error``: the engines test the value before clipping it to [0, 1]."""
     at = value if log else value + error
     return int(xp.count_nonzero(error > tolerance(xp, at, abseps, releps, log)))
+
+
+def outside_boxes(xp: Any, a: Any, b: Any) -> tuple[Any, Any]:
+    """The boxes whose probabilities sum to that of leaving the box ``(a, b]``: for each
+    variable ``i``, ``X_i <= a_i`` and ``X_i > b_i``, the variables before ``i`` inside their
+    intervals and those after it free. `a`, `b` of shape ``(m, D)`` (NumPy or CuPy arrays):
+    ``(lower, upper)`` of shape ``(m, 2 D, D)``, the two boxes of variable ``i`` at rows
+    ``2 i`` and ``2 i + 1``. Each is a small probability where ``P`` is near 1, which Genz's
+    method computes to a relative error."""
+    d = a.shape[1]
+    before = xp.arange(d)[None, :]
+    lows, ups = [], []
+    for i in range(d):
+        inside_lo = xp.where(before < i, a, -math.inf)
+        inside_up = xp.where(before < i, b, math.inf)
+        col = before == i
+        lows += [xp.where(col, -math.inf, inside_lo), xp.where(col, b[:, i : i + 1], inside_lo)]
+        ups += [xp.where(col, a[:, i : i + 1], inside_up), xp.where(col, math.inf, inside_up)]
+    return xp.stack(lows, axis=1), xp.stack(ups, axis=1)

@@ -28,6 +28,7 @@ from ..._lib import _compat
 from .._common import batch_of
 from ._bivariate import LOG_SQRT_2PI, bvn_cdf, log1mexp, log_bvn_cdf, log_norm_cdf, norm_cdf
 from ._genz import (
+    COMPLEMENT_BOUND,
     DEG_RTOL,
     ERR_FACTOR,
     GROWTH,
@@ -37,15 +38,13 @@ from ._genz import (
     korobov,
     missed_tolerance,
     next_prime,
+    outside_boxes,
     tolerance,
 )
 
 __all__ = ["mvn_cdf", "of_numpy", "of_other"]
 
 _CHUNK = 1 << 19  # (problems x points x dimensions) elements per chunk of the sampler
-# logcdf, D >= 3: the union bound of the probability outside the box below which the log is
-# log1p of minus that probability, computed to a relative error
-_NEAR_ONE = 1e-2
 
 
 def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
@@ -189,34 +188,23 @@ def _shift_means(a, b, c, deg, z, n, shifts, log):
 
 def _outside_if_small(a, b, sigma, chol, abseps, releps, maxpts, gen):
     """Where the union bound puts the probability outside the box, ``Q = 1 - P``, below
-    `_NEAR_ONE`: ``Q`` to the relative accuracy that logcdf asks of a small probability
+    `_genz.COMPLEMENT_BOUND`: ``Q`` to the relative accuracy that logcdf asks of a small probability
     (`_genz.tolerance`), so that ``log P = log1p(-Q)`` keeps its relative accuracy.
 
     ``Q`` is the sum over variables ``i`` of ``P(X_i outside its interval, X_j inside for
     j < i)``, two boxes each (below and above), each a small probability that Genz's method
     computes to a relative error; ``(near mask, Q, error of Q)``.
     """
-    d = a.shape[1]
     sd = np.sqrt(np.diagonal(sigma, axis1=1, axis2=2))
     with np.errstate(divide="ignore", invalid="ignore"):
         outside = special.ndtr(a / sd) + special.ndtr(-b / sd)
     outside = np.where(sd > 0, outside, ((a >= 0) | (b < 0)).astype(float))
     bound = outside.sum(-1)
-    near = bound < _NEAR_ONE
+    near = bound < COMPLEMENT_BOUND
     if not near.any():
         return near, np.zeros(0), np.zeros(0)
     a, b, chol, bound = a[near], b[near], chol[near], bound[near]
-    m = a.shape[0]
-    lo = np.empty((m, 2 * d, d))
-    up = np.empty((m, 2 * d, d))
-    free = np.arange(d)
-    for i in range(d):
-        for k, (lo_i, up_i) in enumerate(((-np.inf, a[:, i]), (b[:, i], np.inf))):
-            row = 2 * i + k
-            lo[:, row] = np.where(free < i, a, -np.inf)
-            up[:, row] = np.where(free < i, b, np.inf)
-            lo[:, row, i] = lo_i
-            up[:, row, i] = up_i
+    lo, up = outside_boxes(np, a, b)
     with np.errstate(divide="ignore"):
         rel = float(np.min(tolerance(np, np.log(bound), abseps, releps, True)))
     terms, err = mvn_cdf(lo, up, chol[:, None], abseps=0.0, releps=rel, maxpts=maxpts, rng=gen)
