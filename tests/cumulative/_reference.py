@@ -128,8 +128,8 @@ def single_term_outputs(x, axis, exclusive=False, reverse=False):
     y = np.moveaxis(np.asarray(x), axis, -1)
     if reverse:
         y = y[..., ::-1]
-    re = y.real
-    finite = np.isfinite(re) & np.isfinite(y.imag)
+    re = np.real(y)
+    finite = np.isfinite(re) & np.isfinite(np.imag(y))
     special = ~finite & (re != -np.inf)  # NaN, +inf, non-finite imaginary parts
     count = np.cumsum(finite, axis=-1)
     spoiled = np.cumsum(special, axis=-1) > 0
@@ -140,13 +140,13 @@ def single_term_outputs(x, axis, exclusive=False, reverse=False):
     mask = (count == 1) & ~spoiled
     first = np.take_along_axis(y, np.argmax(finite, axis=-1)[..., None], axis=-1)
     if np.iscomplexobj(first):
-        angle = first.imag
+        angle = np.imag(first)
         wrapped = np.where(
             (angle > -np.pi) & (angle <= np.pi),
             angle,
             np.pi - np.remainder(np.pi - angle, 2 * np.pi),
         )
-        first = (first.real + 1j * wrapped).astype(first.dtype)
+        first = (np.real(first) + 1j * wrapped).astype(first.dtype)
     term = np.where(mask, first, 0).astype(y.dtype)
     if reverse:
         mask, term = mask[..., ::-1], term[..., ::-1]

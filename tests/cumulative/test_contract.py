@@ -15,9 +15,11 @@ from xpops._lib._compat import array_namespace
 from .._support import backend_name, to_numpy
 from ._reference import (
     assert_scan_close,
+    assert_single_terms_exact,
     long_double_reference,
     reference,
     scan_cases,
+    sparse_lanes,
     tolerance,
 )
 
@@ -491,3 +493,57 @@ def test_property_generic_engine_matches_reference(case):
         array_api_strict.asarray(x), axis=axis, exclusive=exclusive, reverse=reverse
     )
     assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-11)
+
+
+# ---- a prefix of a single finite term gives that term exactly (issue 22, items 5 and 6) --------
+
+
+@pytest.mark.parametrize("value", [1e-20, 1e-10, -1e-10, 0.3, -7.5, 1000.0, -1000.0])
+def test_one_term_is_exact(xp, value):
+    """``[x]`` gives ``[x]``, and so does every output of one finite term among -inf, on every
+    backend, exclusive and reversed (as ``numpy.logaddexp.accumulate`` and PyTorch do)."""
+    for dtype_name in ("float64", "float32"):
+        x = np.array([value], dtype=dtype_name)
+        got = to_numpy(xpops.logcumsumexp(xp.asarray(x)))
+        assert got[0] == x[0]
+        y = np.array([-inf, value, -inf, -inf], dtype=dtype_name)
+        for exclusive in (False, True):
+            for reverse in (False, True):
+                out = xpops.logcumsumexp(xp.asarray(y), exclusive=exclusive, reverse=reverse)
+                assert_single_terms_exact(to_numpy(out), y, 0, exclusive, reverse)
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_single_finite_terms_exact_every_backend(xp, exclusive, reverse):
+    """Lanes of -inf with a few finite terms, followed by larger and smaller ones, real and
+    complex (imaginary parts inside (-pi, pi]), along every axis."""
+    rng = np.random.default_rng(5)
+    for shape in [(40, 30), (30, 3, 17)]:
+        for axis in range(len(shape)):
+            x = sparse_lanes(rng, shape, axis, "float64", reverse)
+            for z in (x, x + 1j * rng.uniform(-3.0, 3.0, shape)):
+                got = xpops.logcumsumexp(
+                    xp.asarray(z), axis=axis, exclusive=exclusive, reverse=reverse
+                )
+                got = to_numpy(got)
+                assert_single_terms_exact(got, z, axis, exclusive, reverse)
+                assert_scan_close(got, reference(z, axis, exclusive, reverse), 1e-10)
+
+
+@pytest.mark.parametrize("chunks", [1, 4, 7, 30])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_single_finite_terms_exact_dask(chunks, exclusive, reverse):
+    """The Dask engine, with the single term in one block and -inf in the next ones (the
+    carry is the term), or the term the carry of a block of larger terms."""
+    da = pytest.importorskip("dask.array")
+    rng = np.random.default_rng(6)
+    for axis in (0, 1):
+        x = sparse_lanes(rng, (30, 40), axis, "float64", reverse)
+        for z in (x, x + 1j * rng.uniform(-3.0, 3.0, x.shape)):
+            dz = da.from_array(z, chunks=chunks)
+            got = xpops.logcumsumexp(dz, axis=axis, exclusive=exclusive, reverse=reverse)
+            got = np.asarray(got.compute())
+            assert_single_terms_exact(got, z, axis, exclusive, reverse)
+            assert_scan_close(got, reference(z, axis, exclusive, reverse), 1e-10)

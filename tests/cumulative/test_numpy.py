@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 import xpops
 
-from ._reference import assert_scan_close, reference, scan_cases
+from ._reference import (
+    assert_scan_close,
+    assert_single_terms_exact,
+    reference,
+    scan_cases,
+    sparse_lanes,
+)
 
 nan, inf = np.nan, np.inf
 
@@ -228,3 +234,44 @@ def test_property_numpy_small_blocks(case, data):
     finally:
         e._BLOCK, e._CHUNK, e._ROW_LANES = saved
     assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-10)
+
+
+# ---- a prefix of a single finite term gives that term exactly (issue 22, item 5) --------------
+
+
+@pytest.mark.parametrize(
+    "shape", [(600, 20), (600, 3, 9), (9, 600), (3, 600, 4), (600, 36), (1300,)]
+)
+@pytest.mark.parametrize("dtype_name", ["float64", "float32", "complex128", "complex64"])
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_numpy_single_finite_term_exact(small_blocks, shape, dtype_name, exclusive, reverse):
+    """Lanes of -inf with a few finite terms (1e-20 to 300) in every mode (strided, contiguous,
+    one long lane split with the helper thread), across block boundaries: each output whose
+    prefix holds one finite term is that term, bit for bit; the others match the reference."""
+    rng = np.random.default_rng(55)
+    for axis in range(len(shape)):
+        x = sparse_lanes(rng, shape, axis, "float64", reverse)
+        if dtype_name.startswith("complex"):
+            x = x + 1j * rng.uniform(-3.0, 3.0, x.shape)
+        x = x.astype(dtype_name)
+        got = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+        assert_single_terms_exact(got, x, axis, exclusive, reverse)
+        tol = 2e-5 if dtype_name in ("float32", "complex64") else 1e-10
+        assert_scan_close(got, reference(x, axis, exclusive, reverse), tol)
+
+
+@pytest.mark.parametrize("where", [0, 100, 899, 900, 901, 1299])
+def test_numpy_single_term_in_one_long_lane(small_blocks, where):
+    """One long lane whose only finite term sits before, at or after the helper thread's split:
+    every output from it on is the term (the part after the split starts from it exactly)."""
+    for value in (1e-20, -1e-10, 0.3, 250.0):
+        x = np.full(1300, -inf)
+        x[where] = value
+        for reverse in (False, True):
+            xs = x[::-1].copy() if reverse else x
+            got = xpops.logcumsumexp(xs, reverse=reverse)
+            assert_single_terms_exact(got, xs, 0, False, reverse)
+            lead = got[::-1] if reverse else got
+            assert (lead[where:] == value).all()
+            assert (lead[:where] == -inf).all()

@@ -141,7 +141,8 @@ def logcumsumexp(
     Notes
     -----
     Special values: ``-inf`` is the identity (a prefix of only ``-inf`` gives ``-inf``, never
-    NaN); ``+inf`` gives ``+inf`` from there on; NaN propagates to every later output. Complex
+    NaN); ``+inf`` gives ``+inf`` from there on; NaN propagates to every later output. An
+    output whose prefix holds a single finite term is that term exactly. Complex
     inputs give ``log(cumsum(exp(z)))`` on the principal branch (imaginary part in
     :math:`(-\pi, \pi]`), stable for large real parts.
 

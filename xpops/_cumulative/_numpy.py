@@ -76,16 +76,21 @@ class _State:
     """Carry of each lane: ``m + log(c)``; where `special` (+inf, NaN), `c` is the value itself.
 
     `fresh`: some lane has seen nothing but -inf yet (``c == 0``); `shift`: some ``m`` is not 0.
+    `single`: the lanes that have seen exactly one finite term (as real part), `sole` that term
+    as the scan gives it alone (see `_single_terms`); `any_single`: some lane has.
     """
 
-    __slots__ = ("c", "fresh", "m", "shift", "special")
+    __slots__ = ("any_single", "c", "fresh", "m", "shift", "single", "sole", "special")
 
     def __init__(self, shape: tuple[int, ...], wide: type) -> None:
         self.m: np.ndarray = np.zeros(shape)
         self.c: np.ndarray = np.zeros(shape, dtype=wide)
         self.special = np.zeros(shape, dtype=bool)
+        self.single = np.zeros(shape, dtype=bool)
+        self.sole: np.ndarray = np.zeros(shape, dtype=wide)
         self.fresh = True
         self.shift = False
+        self.any_single = False
 
     def carry_log(self, sel: tuple[np.ndarray, ...]) -> np.ndarray:
         c = self.c[sel]
@@ -115,8 +120,13 @@ class _State:
             self.c[renorm] /= size[renorm]
             self.shift = bool(self.m.any())
 
-    def seed(self, total: float) -> None:
-        """Start every lane from the exact carry `total` (the log of the sum before them)."""
+    def seed(self, total: float, single: bool = False) -> None:
+        """Start every lane from the exact carry `total` (the log of the sum before them);
+        `single`: `total` is one finite term (or others below half an ulp of it)."""
+        if single:
+            self.single[...] = True
+            self.sole[...] = total
+            self.any_single = True
         if math.isfinite(total) and abs(total) < 200.0:  # c stays within the renorm range
             self.m[...] = 0.0
             self.c[...] = math.exp(total)
@@ -210,8 +220,11 @@ def _finish(st, ok, all_ok, first, last, lanes_of, put, wide) -> None:
     ``lanes_of(sel, out)`` gives the inputs (or with `out`, the outputs) of the lanes `sel`
     (None: all, keeping the lane axes) with the scan order along the last axis. A lane that
     failed only because it starts with -inf (nothing else seen yet) needs no redo when its
-    first element above -inf did not underflow: its fast outputs are exact.
+    first element above -inf did not underflow: its fast outputs are exact. Last, the outputs
+    of a single finite term are made that term (`_single_terms`).
     """
+    fresh = (st.c == 0) & ~st.special if st.fresh else None  # before `advance` changes c
+    single = st.single.copy() if st.any_single else None
     if not all_ok:
         lead = ~ok & (first == 0) & (st.c == 0) & ~st.special & np.isfinite(last)
         if lead.any():
@@ -227,12 +240,61 @@ def _finish(st, ok, all_ok, first, last, lanes_of, put, wide) -> None:
                 ok[tuple(s[good] for s in sel)] = True
             all_ok = bool(ok.all())
     st.advance(ok, all_ok, last)
-    if all_ok:
-        return
-    bad = np.nonzero(~ok)
-    res = _exact(st.carry_log(bad), lanes_of(bad, False), wide)
-    put(bad, res)
-    st.restart(bad, res[:, -1])
+    if not all_ok:
+        bad = np.nonzero(~ok)
+        res = _exact(st.carry_log(bad), lanes_of(bad, False), wide)
+        put(bad, res)
+        st.restart(bad, res[:, -1])
+    if fresh is not None or single is not None:
+        _single_terms(st, fresh, single, ok, lanes_of, put)
+
+
+def _above(a: np.ndarray) -> np.ndarray:
+    """Elements above -inf (as real part): the finite ones where no NaN or +inf is."""
+    return np.real(a) > -np.inf
+
+
+def _single_terms(st, fresh, single, ok, lanes_of, put) -> None:
+    """Outputs whose prefix holds a single finite term are that term exactly (``log(exp(x))``
+    is not: ``[1e-20]`` would give 0). Such outputs follow a lane's first finite term up to its
+    second, so only lanes `fresh` (nothing finite before the block) or `single` (one finite
+    term before it, ``st.sole``) can hold them; the exact path (lanes not `ok`) already gives
+    them. In the usual block, where every lane is fresh and its first two elements are finite,
+    this is one copy of the first element; other lanes count their finite terms."""
+    S, D = lanes_of(None, False), lanes_of(None, True)
+    todo = np.zeros(st.c.shape, dtype=bool)
+    if fresh is not None:
+        todo |= fresh
+    if single is not None:
+        todo |= single
+    if S.shape[-1] >= 2 and fresh is not None:
+        regular = fresh & ok & _above(S[..., 0]) & _above(S[..., 1])
+        if regular.any():
+            first = _normalize_complex(S[..., 0]) if np.iscomplexobj(S) else S[..., 0]
+            np.copyto(D[..., 0], first, where=regular, casting="unsafe")
+            todo &= ~regular
+    if single is not None:
+        st.single[...] = False  # set again below for the lanes still single
+    if todo.any():
+        sel = np.nonzero(todo)
+        s = lanes_of(sel, False)
+        finite = _above(s)
+        prior = np.zeros(s.shape[0], dtype=np.intp) if single is None else single[sel]
+        count = np.cumsum(finite, axis=-1) + prior[:, None]
+        at = np.argmax(finite, axis=-1)[:, None]
+        term = np.take_along_axis(s, at, axis=-1)[:, 0]
+        if np.iscomplexobj(s):
+            term = _normalize_complex(term)
+        if single is not None:
+            term = np.where(single[sel], st.sole[sel], term)
+        write = (count == 1) & ok[sel][:, None]
+        if write.any():
+            o = lanes_of(sel, True)
+            put(sel, np.where(write, term[:, None], o))
+        still = (count[:, -1] == 1) & ~st.special[sel]
+        st.single[sel] = still
+        st.sole[sel] = np.where(still, term, 0)
+    st.any_single = bool(st.single.any())
 
 
 def _log_into(W: np.ndarray, D: np.ndarray, m: np.ndarray | None) -> None:
@@ -470,7 +532,7 @@ def _split_lane(helper, s: np.ndarray, d: np.ndarray, rev: bool) -> None:
 
     def scan_rest() -> None:
         st = _State((1, 1), np.float64)
-        st.seed(_log_total(s[first]))
+        st.seed(*_log_total(s[first]))
         _run_rows(s[rest][None, None], d[rest][None, None], rev, np.float64, st)
 
     job = helper.try_submit(_quietly, scan_rest)
@@ -484,12 +546,13 @@ def _split_lane(helper, s: np.ndarray, d: np.ndarray, rev: bool) -> None:
             job.result()
 
 
-def _log_total(seg: np.ndarray) -> float:
+def _log_total(seg: np.ndarray) -> tuple[float, bool]:
     """``log(sum(exp(seg)))`` of a real 1-D segment, in float64: NaN if it holds a NaN, +inf
-    if it holds +inf, -inf if it is all -inf; blockwise, shifted by the maximum."""
+    if it holds +inf, -inf if it is all -inf; blockwise, shifted by the maximum. And whether it
+    is a single finite term (the others, if any, below half an ulp of it): then exactly it."""
     top = float(np.max(seg))
     if not math.isfinite(top):
-        return top
+        return top, False
     buf = np.empty(min(seg.size, _BLOCK))
     total = 0.0
     for j in range(0, seg.size, _BLOCK):
@@ -497,4 +560,6 @@ def _log_total(seg: np.ndarray) -> float:
         np.subtract(seg[j : j + _BLOCK], top, out=b, dtype=np.float64)
         np.exp(b, out=b)
         total += float(np.sum(b))
-    return top + math.log(total)
+    if total == 1.0:
+        return top, True
+    return top + math.log(total), False
