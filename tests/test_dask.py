@@ -9,7 +9,14 @@ import pytest
 
 import xpops
 
-from ._dask_support import _dask_params, _factors, _mvn, da, dask
+from ._dask_support import (
+    _dask_params,
+    _factors,
+    _mvn,
+    da,
+    dask,
+    synchronous,  # noqa: F401 (autouse: the synchronous scheduler)
+)
 
 nan, inf = np.nan, np.inf
 

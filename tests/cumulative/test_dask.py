@@ -7,7 +7,12 @@ import pytest
 
 import xpops
 
-from .._dask_support import assert_same, assert_same_gpu, da
+from .._dask_support import (
+    assert_same,
+    assert_same_gpu,
+    da,
+    synchronous,  # noqa: F401 (autouse: the synchronous scheduler)
+)
 
 nan, inf = np.nan, np.inf
 

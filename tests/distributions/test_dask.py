@@ -11,7 +11,15 @@ import pytest
 import xpops
 from xpops.distributions import MultivariateNormal
 
-from .._dask_support import _dask_params, _factors, _mvn, assert_same, assert_same_gpu, da
+from .._dask_support import (
+    _dask_params,
+    _factors,
+    _mvn,
+    assert_same,
+    assert_same_gpu,
+    da,
+    synchronous,  # noqa: F401 (autouse: the synchronous scheduler)
+)
 
 nan, inf = np.nan, np.inf
 

@@ -9,7 +9,10 @@ import pytest
 
 import xpops
 
-from .._dask_support import da
+from .._dask_support import (
+    da,
+    synchronous,  # noqa: F401 (autouse: the synchronous scheduler)
+)
 
 nan, inf = np.nan, np.inf
 

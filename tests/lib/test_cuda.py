@@ -191,3 +191,28 @@ def test_fast_kernel_bad_signature(cupy_only, affine, signature):
 def test_fast_kernel_longest_signature(cupy_only, affine):
     assert _cuda.MAX_ARGS == 16
     assert _cuda.FastKernel(affine, "p" * 16).signature == "p" * 16  # built, never launched
+
+
+def test_fast_kernel_first_launch_in_a_fresh_thread(cupy_only, affine):
+    """A thread that has made no CUDA runtime call has no current context: the first launch
+    in it (as in a Dask worker thread given pooled arrays) must still run."""
+    import threading
+
+    cp = cupy_only
+    n = 777
+    out = cp.full(n, -1, dtype=cp.int64)
+    kernel = _cuda.FastKernel(affine, "pqiq")
+    errors = []
+
+    def launch():
+        try:
+            kernel(_cuda.grid_1d(n, 128), 128, (out.data.ptr, 3, 4, n))
+            cp.cuda.get_current_stream().synchronize()
+        except Exception as exc:  # reported in the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=launch)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    np.testing.assert_array_equal(out.get(), 3 * np.arange(n) + 4)

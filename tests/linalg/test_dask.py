@@ -9,7 +9,12 @@ import pytest
 
 import xpops
 
-from .._dask_support import _factors, assert_same, da
+from .._dask_support import (
+    _factors,
+    assert_same,
+    da,
+    synchronous,  # noqa: F401 (autouse: the synchronous scheduler)
+)
 
 nan, inf = np.nan, np.inf
 
@@ -139,3 +144,18 @@ def test_cholesky_solve_task_names():
     solve = [n for n in v.__dask_graph__().layers if "cholesky_solve" in n]
     assert len(solve) == 1
     assert re.fullmatch(r"xpops-cholesky_solve-[0-9a-f]+", solve[0])
+
+
+def test_cupy_chunks_on_worker_threads(cupy_only):
+    """CuPy chunks solved on Dask's threaded scheduler: the kernels launch from worker threads
+    that may have made no CUDA call before."""
+    cupy = cupy_only
+    rng = np.random.default_rng(21)
+    low = cupy.asarray(_factors(rng, (16,), 6))
+    b = cupy.asarray(rng.standard_normal((16, 6, 1)))
+    lazy = xpops.linalg.cholesky_solve(
+        da.from_array(b, chunks=(2, 6, 1)), da.from_array(low, chunks=(2, 6, 6))
+    )
+    got = lazy.compute(scheduler="threads", num_workers=4)
+    assert isinstance(got, cupy.ndarray)
+    np.testing.assert_allclose(got.get(), xpops.linalg.cholesky_solve(b, low).get(), rtol=1e-12)

@@ -10,7 +10,10 @@ import scipy.sparse as sp
 
 import xpops
 
-from .._dask_support import da
+from .._dask_support import (
+    da,
+    synchronous,  # noqa: F401 (autouse: the synchronous scheduler)
+)
 
 nan, inf = np.nan, np.inf
 _sp_random: Any = sp.random  # its stubs lack random_state, which every supported SciPy takes

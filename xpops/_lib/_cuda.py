@@ -65,6 +65,11 @@ _PACK = {n: struct.Struct(f"<{n}q").pack_into for n in range(MAX_ARGS + 1)}
 def _slots() -> tuple[Any, int]:
     slots = getattr(_SLOTS, "slots", None)
     if slots is None:
+        # A thread's first launch: the driver launches in the thread's current context, which a
+        # thread that has made no CUDA runtime call yet (a Dask worker thread handed arrays
+        # from a memory pool, say) does not have. Setting the thread's current device makes
+        # that device's primary context current, as every runtime call would.
+        cupy.cuda.runtime.setDevice(cupy.cuda.runtime.getDevice())
         values = (ctypes.c_uint64 * MAX_ARGS)()
         base = ctypes.addressof(values)
         table = (ctypes.c_void_p * MAX_ARGS)(*(base + 8 * i for i in range(MAX_ARGS)))
