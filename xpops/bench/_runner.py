@@ -4,12 +4,13 @@ import argparse
 import gc
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 from .. import _backend
 from ._case import Case
-from ._timing import make_timer
+from ._timing import REPEATS, make_timer
 
 # op name -> module (under xpops.bench) whose `cases(backend)` lists its cases
 _REGISTRY = {
@@ -24,10 +25,32 @@ _REGISTRY = {
 }
 
 
+def _op_list(text: str) -> list[str]:
+    ops = _split(text)
+    unknown = [op for op in ops if op not in _REGISTRY]
+    if unknown:
+        msg = f"unknown ops {unknown}; known: {list(_REGISTRY)}"
+        raise argparse.ArgumentTypeError(msg)
+    return ops
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        msg = f"must be a positive integer, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ops",
-        default="",
+        type=_op_list,
+        default=list(_REGISTRY),
+        metavar="OPS",
         help="comma-separated ops to run (default: all): " + ", ".join(_REGISTRY),
     )
     parser.add_argument(
@@ -37,16 +60,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "one of torch, jax, cupy, cupyx, cupyx-trsm, numpy, scipy, 'scipy x+y', ...); "
         "'none' for none",
     )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="also run the big cases (minutes on a CPU; default: off, the default run takes "
+        "about a minute on two cores)",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--plot", metavar="FILE", help="draw the speed-ups (needs matplotlib)")
-    parser.add_argument("--repeats", type=int, default=15, help="timed calls per case")
+    parser.add_argument(
+        "--repeats",
+        type=_positive_int,
+        default=REPEATS,
+        metavar="N",
+        help="timed calls per case (default: %(default)s)",
+    )
 
 
 def _split(text: str) -> list[str]:
     return [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _collect(ops: list[str], backend: str) -> list[Case]:
+def _collect(ops: list[str], backend: str, full: bool) -> list[Case]:
     import importlib
 
     modules: list[str] = []
@@ -56,7 +91,7 @@ def _collect(ops: list[str], backend: str) -> list[Case]:
     cases: list[Case] = []
     for module_name in modules:
         module = importlib.import_module(f"xpops.bench.{module_name}")
-        cases.extend(c for c in module.cases(backend) if c.op in ops)
+        cases.extend(c for c in module.cases(backend, full=full) if c.op in ops)
     return cases
 
 
@@ -70,21 +105,25 @@ def _safe_time(timer: Any, fn: Callable[[], Any], repeats: int) -> float | str:
 
 
 def run(args: argparse.Namespace) -> int:
-    ops = _split(args.ops) or list(_REGISTRY)
-    unknown = [op for op in ops if op not in _REGISTRY]
-    if unknown:
-        print(f"unknown ops {unknown}; known: {list(_REGISTRY)}", file=sys.stderr)
-        return 2
-    peers_wanted = None if not args.peers else set(_split(args.peers)) - {"none"}
+    """Print the header, then one row per case as it finishes; 2 when the backend is unusable."""
     backend = _backend.default_backend()
+    if backend == "cupy":
+        reason = _backend.cupy_unavailable_reason()
+        if reason is not None:
+            reason = " ".join(reason.split())  # one line
+            print(f"bench: XPOPS_BACKEND=cupy, but {reason}", file=sys.stderr)
+            return 2
+    peers_wanted = None if not args.peers else set(_split(args.peers)) - {"none"}
+    start = time.perf_counter()
     timer = make_timer(backend)
     bandwidth = timer.bandwidth()
     device = timer.device_name()
-    print(f"device: {device} (backend {backend})")
-    print("measured bandwidth: " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in bandwidth.items()))
+    cases = _collect(args.ops, backend, args.full)
+    print(_header(device, backend, bandwidth, args), flush=True)
 
     records = []
-    for case in _collect(ops, backend):
+    for number, case in enumerate(cases, 1):
+        case_start = time.perf_counter()
         ms = timer.time(case.run, args.repeats)
         gbps = case.nbytes / ms / 1e6
         peers = {
@@ -100,15 +139,18 @@ def run(args: argparse.Namespace) -> int:
             "bandwidth_kind": case.bandwidth,
             "bandwidth_fraction": gbps / bandwidth[case.bandwidth],
             "peers_ms": peers,
+            "wall_s": time.perf_counter() - case_start,
         }
         records.append(record)
-        print(_row(record), flush=True)
+        print(_row(record, f"[{number}/{len(cases)}]"), flush=True)
 
-    _print_table(device, backend, bandwidth, records)
+    total = time.perf_counter() - start
+    rest = "" if args.full else "; the big cases run with --full"
+    print(f"\n{len(cases)} cases in {total:.0f} s{rest}")
     if args.json:
         with open(args.json, "w") as f:
             payload = {"device": device, "backend": backend, "bandwidth_gb_per_s": bandwidth}
-            json.dump({**payload, "results": records}, f, indent=1)
+            json.dump({**payload, "full": args.full, "results": records}, f, indent=1)
     if args.plot:
         _plot(records, device, args.plot)
     return 0
@@ -124,21 +166,25 @@ def _peer_text(record: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def _row(r: dict[str, Any]) -> str:
+def _row(r: dict[str, Any], counter: str) -> str:
     return (
-        f"| {r['op']} | {r['case']} | {r['xpops_ms']:.3f} | {r['gb_per_s']:.0f} | "
-        f"{100 * r['bandwidth_fraction']:.0f}% of {r['bandwidth_kind']} | {_peer_text(r)} |"
+        f"| {counter} | {r['op']} | {r['case']} | {r['xpops_ms']:.3f} | {r['gb_per_s']:.0f} | "
+        f"{100 * r['bandwidth_fraction']:.0f}% of {r['bandwidth_kind']} | {_peer_text(r)} | "
+        f"{r['wall_s']:.1f} |"
     )
 
 
-def _print_table(device: str, backend: str, bw: dict[str, float], records: list[dict]) -> None:
-    print()
+def _header(device: str, backend: str, bw: dict[str, float], args: argparse.Namespace) -> str:
     rates = f"copy {bw['copy']:.0f} GB/s, fill {bw['fill']:.0f} GB/s"
-    print(f"xpops bench on {device} ({backend}); {rates}")
-    print("| op | case | xpops ms | GB/s | % of bandwidth | peers: ms (peer / xpops) |")
-    print("|---|---|---|---|---|---|")
-    for r in records:
-        print(_row(r))
+    what = "all cases" if args.full else "default cases"
+    return "\n".join(
+        [
+            f"xpops bench on {device} ({backend}); {rates}; {what}, {args.repeats} repeats",
+            "| # | op | case | xpops ms | GB/s | % of bandwidth | peers: ms (peer / xpops) "
+            "| wall s |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+    )
 
 
 def _plot(records: list[dict[str, Any]], device: str, path: str) -> None:

@@ -15,6 +15,9 @@ CPU_DENSITY_CASES = [(1_000_000, 16, "float64"), (1_000_000, 16, "float32")]
 SLOW_PEER_S = 0.5
 CUPY_DENSITY_CASES = [(1_000_000, 16, "float32"), (1_000_000, 16, "float64")]
 CPU_CDF_CASES = [(100, 10, 1e-4)]  # (problems, D, abseps): SciPy takes ms a problem
+# The default run on the CPU: fewer points and problems; --full adds the cases above.
+CPU_DEFAULT_DENSITY_CASES = [(100_000, 16, "float64")]
+CPU_DEFAULT_CDF_CASES = [(20, 10, 1e-4)]
 
 
 def _covariance(rng: Any, d: int) -> Any:
@@ -200,7 +203,7 @@ def _cupy_cdf_cases() -> list[Case]:
     return out
 
 
-def cases(backend: str) -> list[Case]:
+def cases(backend: str, full: bool = False) -> list[Case]:
     if backend == "cupy":
         return _cupy_density_cases() + _cupy_cdf_cases()
     import numpy as np
@@ -210,7 +213,7 @@ def cases(backend: str) -> list[Case]:
 
     out = []
     rng = np.random.default_rng(0)
-    for n, d, dtype in CPU_DENSITY_CASES:
+    for n, d, dtype in CPU_DEFAULT_DENSITY_CASES + (CPU_DENSITY_CASES if full else []):
         cov = _covariance(rng, d).astype(dtype)
         loc = rng.standard_normal(d).astype(dtype)
         x = rng.standard_normal((n, d)).astype(dtype)
@@ -243,7 +246,7 @@ def cases(backend: str) -> list[Case]:
                 peers=sample_peers,
             )
         )
-    for problems, d, abseps in CPU_CDF_CASES:
+    for problems, d, abseps in CPU_DEFAULT_CDF_CASES + (CPU_CDF_CASES if full else []):
         covs = np.stack([_covariance(rng, d) for _ in range(problems)])
         upper = rng.standard_normal((problems, d))
         dist = MultivariateNormal(np.zeros(d), covariance_matrix=covs)

@@ -9,7 +9,8 @@ from .._indexing._layout import triangle_size
 from ._case import Case
 
 GPU_SHAPES = [(20000, 20000, 0), (30000, 10000, -5), (1000, 1000, 0)]
-# The CPU cases are smaller: NumPy's own function builds a row x col mask.
+# The CPU cases are smaller: NumPy's own function builds a row x col mask. The default run
+# takes the first shape; --full all of them.
 CPU_SHAPES = [(4000, 4000, 0), (6000, 2000, -5), (1000, 1000, 0)]
 
 
@@ -41,10 +42,10 @@ def _peer_calls(backend: str, name: str, row: int, col: int, k: int, dtype: str)
     return peers
 
 
-def cases(backend: str) -> list[Case]:
+def cases(backend: str, full: bool = False) -> list[Case]:
     out = []
     xp = xpops.default_namespace()
-    shapes = GPU_SHAPES if backend == "cupy" else CPU_SHAPES
+    shapes = GPU_SHAPES if backend == "cupy" else CPU_SHAPES[: None if full else 1]
     for name, fn in (("tril", xpops.tril_indices), ("triu", xpops.triu_indices)):
         for row, col, k in shapes:
             for dtype in ("int64", "int32"):

@@ -25,6 +25,13 @@ CPU_CASES = [
     (1_000, 64, 8, "float64"),
     (1, 2048, 64, "float64"),
 ]
+# The default run on the CPU: SciPy solves a batch one system at a time in Python (about 0.1 ms
+# a system), so the batches are smaller; --full adds CPU_CASES.
+CPU_DEFAULT_CASES = [
+    (1_000, 16, 1, "float64"),
+    (100, 64, 8, "float64"),
+    (1, 2048, 64, "float64"),
+]
 
 
 def _inputs_numpy(batch: int, m: int, k: int, dtype: str) -> tuple[Any, Any]:
@@ -104,10 +111,12 @@ def _cpu_peers(b: Any, factor: Any) -> dict[str, Any]:
     return {"scipy": lambda: scipy.linalg.cho_solve((factor, True), b)}
 
 
-def cases(backend: str) -> list[Case]:
+def cases(backend: str, full: bool = False) -> list[Case]:
     xp = xpops.default_namespace()
     out = []
-    for batch, m, k, dtype in GPU_CASES if backend == "cupy" else CPU_CASES:
+    big = [c for c in CPU_CASES if c not in CPU_DEFAULT_CASES] if full else []
+    chosen = GPU_CASES if backend == "cupy" else CPU_DEFAULT_CASES + big
+    for batch, m, k, dtype in chosen:
         if backend == "cupy":
             b, factor = _inputs_cupy(batch, m, k, dtype)
         else:

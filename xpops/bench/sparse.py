@@ -17,6 +17,9 @@ from ._case import Case
 # (n, entries in each operand, dtype): the cases
 GPU_CASES = [(100_000, 10_000_000, "float32"), (100_000, 10_000_000, "float64")]
 CPU_CASES = [(20_000, 400_000, "float64"), (20_000, 400_000, "float32")]
+# The default run on the CPU: SciPy's x/y densifies (3.2 GB a call at n = 20_000), so the
+# default case is smaller; --full adds CPU_CASES.
+CPU_DEFAULT_CASES = [(5_000, 100_000, "float64")]
 
 
 def _operands_gpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
@@ -66,11 +69,12 @@ def _torch_peer(backend: str, x: Any, y: Any) -> dict[str, Any]:
     return {"torch": lambda: tx / ty}
 
 
-def cases(backend: str) -> list[Case]:
+def cases(backend: str, full: bool = False) -> list[Case]:
     import xpops
 
     out = []
-    for n, nnz, dtype in GPU_CASES if backend == "cupy" else CPU_CASES:
+    chosen = GPU_CASES if backend == "cupy" else CPU_DEFAULT_CASES + (CPU_CASES if full else [])
+    for n, nnz, dtype in chosen:
         if backend == "cupy":
             x, y = _operands_gpu(n, nnz, dtype)
             lib = "cupyx"
