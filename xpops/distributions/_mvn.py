@@ -20,7 +20,7 @@ from .._lib._dispatch import Engines, dispatch
 from .._lib._typing import Array, Namespace
 from .._lib._validation import as_bool
 from ..linalg._triangular import solve_triangular
-from . import _cdf
+from ._cdf_methods import CdfMethods
 from ._common import (
     all_true,
     as_arrays,
@@ -48,7 +48,7 @@ _LOG_2PI = math.log(2 * math.pi)
 _PARAMS = ("covariance_matrix", "precision_matrix", "scale_tril")
 
 
-class MultivariateNormal:
+class MultivariateNormal(CdfMethods):
     r"""Multivariate normal distributions, batched over their parameters.
 
     ``X ~ N(loc, Σ)`` with ``Σ`` given as a covariance matrix, a precision matrix ``Σ^{-1}``
@@ -448,136 +448,6 @@ class MultivariateNormal:
 
     # ---- CDF ------------------------------------------------------------------------------
 
-    def cdf(
-        self,
-        value: Any,
-        *,
-        lower_limit: Any = None,
-        abseps: float = 1e-5,
-        releps: float = 0.0,
-        maxpts: int | None = None,
-        rng: Any = None,
-        return_error: bool = False,
-    ) -> Any:
-        """``P(lower_limit < X <= value)``, batched over `value` and ``batch_shape``.
-
-        Parameters
-        ----------
-        value : array, shape (..., D)
-            The upper limits (``+inf`` allowed). A Dask array gives lazy results, chunk by
-            chunk.
-        lower_limit : array, shape (..., D), optional
-            The lower limits (``-inf`` allowed); None (the default) is ``-inf``.
-        abseps, releps : float, optional
-            Absolute and relative tolerance: D >= 3 stops once the error estimate is at most
-            ``max(abseps, releps * cdf)`` (defaults 1e-5 and 0).
-        maxpts : int, optional
-            The most integrand evaluations a problem may take (default ``1_000_000 * D``).
-        rng : None, int, numpy.random.Generator or cupy.random.Generator, optional
-            The source of the random shifts (a CuPy generator for CuPy arrays, a NumPy one
-            otherwise); the same `rng` gives the same result.
-        return_error : bool, optional
-            Return ``(cdf, error_estimate)`` instead of the cdf alone.
-
-        Returns
-        -------
-        array, or (array, array) with `return_error`
-            Shape ``broadcast(value.shape[:-1], lower_limit.shape[:-1], batch_shape)``, in the
-            parameters' dtype, library and device.
-
-        Warns
-        -----
-        IntegrationWarning
-            Where a problem stopped at `maxpts` before its error estimate met the tolerance
-            (the result is returned with the error it reached), unless `return_error` is
-            True.
-
-        Notes
-        -----
-        D = 1 and 2 are deterministic (D = 1 exact, reported error 0; D = 2 accurate to about
-        1e-14, reported error 1e-14); D >= 3 uses Genz's randomized quasi-Monte-Carlo method
-        (variable prioritization, randomly shifted lattice rules; the error estimate is 3.5
-        standard errors over the shifts). CuPy arrays are computed on their GPU (3 <= D <=
-        64; other D through host copies).
-        """
-        options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
-        return dispatch(self._serving(value), _CDF, self, value, lower_limit, options, False)
-
-    def logcdf(
-        self,
-        value: Any,
-        *,
-        lower_limit: Any = None,
-        abseps: float = 1e-5,
-        releps: float = 0.0,
-        maxpts: int | None = None,
-        rng: Any = None,
-        return_error: bool = False,
-    ) -> Any:
-        """``log P(lower_limit < X <= value)``, accurate where the probability underflows
-        and where it is near 1.
-
-        The parameters are those of `cdf`; the tolerances apply to the probability ``P`` as in
-        `cdf` (``max(abseps, releps * P)``), tightened where ``P`` is small so that the log
-        keeps its meaning: the relative error of ``P`` (the error of its log) is at most
-        ``max(releps, min(abseps / P, 1e-3))``. At the defaults a logcdf costs about what the
-        cdf costs where ``P`` is not small, and is accurate to about 0.001 in the log (at
-        most) where it is. `return_error` returns the error estimate of the log.
-
-        Returns
-        -------
-        array, or (array, array) with `return_error`
-            As in `cdf`: the log of the probability, and the error estimate of the log.
-
-        Warns
-        -----
-        IntegrationWarning
-            As in `cdf`.
-
-        Notes
-        -----
-        Far tails stay finite: ``logcdf(-40)`` of a standard normal is about -804.608 (D >= 3
-        integrates the log of the integrand). Where ``P`` is near 1 the log is
-        ``log1p(-Q)`` of the probability outside, ``Q``, computed to a relative error (D = 1
-        exactly; D = 2 deterministically; D >= 3 where the union bound puts ``Q`` below 0.01,
-        as the sum over coordinates ``i`` of the probability of ``X_i`` outside its interval
-        and the earlier coordinates inside, on the CPU and the GPU), so that ``logcdf(20)`` of
-        a standard normal is -2.75e-89 and not 0.
-        """
-        options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
-        return dispatch(self._serving(value), _CDF, self, value, lower_limit, options, True)
-
-    def _cdf_options(
-        self, abseps: Any, releps: Any, maxpts: Any, rng: Any, return_error: Any
-    ) -> dict[str, Any]:
-        for name, v in (("abseps", abseps), ("releps", releps)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not float(v) >= 0:
-                msg = f"`{name}` must be a non-negative number, got {v!r}"
-                raise ValueError(msg)
-        if maxpts is not None and (
-            isinstance(maxpts, bool) or not isinstance(maxpts, numbers.Integral) or maxpts < 1
-        ):
-            msg = f"`maxpts` must be a positive integer or None, got {maxpts!r}"
-            raise ValueError(msg)
-        dispatch(self._xp, _CDF_RNG, rng)
-        if self._d >= 3 and abseps == 0 and releps == 0 and maxpts is None:
-            msg = "`abseps` and `releps` cannot both be 0 without `maxpts`"
-            raise ValueError(msg)
-        return {
-            "abseps": float(abseps),
-            "releps": float(releps),
-            "maxpts": maxpts,
-            "rng": rng,
-            "return_error": as_bool(return_error, "return_error"),
-        }
-
-    def _cdf(self, value: Any, lower_limit: Any, options: dict[str, Any], log: bool) -> Any:
-        """cdf/logcdf of in-memory parameters (`_cdf.of_distribution` picks CPU or GPU)."""
-        dist = _cdf.Distribution(
-            self._xp, self._loc, self._tril, self._batch_shape, self._dtype, self._value
-        )
-        return _cdf.of_distribution(dist, value, lower_limit, options, log)
-
 
 # ---- what the engines and the tables use ------------------------------------------------
 
@@ -673,16 +543,7 @@ _PARAMETERS = _engines(MultivariateNormal._parameters, "parameters")
 _LOG_PROB = _engines(MultivariateNormal._log_prob, "log_prob")
 _PROB = _engines(MultivariateNormal._prob, "prob")
 _RSAMPLE = _engines(MultivariateNormal._rsample, "sample")
-_CDF = _engines(MultivariateNormal._cdf, "cdf")
-# the `rng` of cdf and logcdf: a CuPy generator for CuPy arrays, else a NumPy one
-_NUMPY_RNG = functools.partial(_random.check_numpy_rng, got="repr")
-_CDF_RNG = Engines(
-    __package__,
-    numpy=_NUMPY_RNG,
-    cupy=_random.check_cupy_rng,
-    dask=_NUMPY_RNG,
-    generic=_NUMPY_RNG,
-)
+MultivariateNormal._cdf_engines = _engines(MultivariateNormal._cdf, "cdf")
 # standard normals of `rsample` (the fused CuPy kernels draw their own)
 _NORMAL = Engines(
     __package__,
