@@ -223,7 +223,7 @@ def _finish(st, ok, all_ok, first, last, lanes_of, put, wide) -> None:
     first element above -inf did not underflow: its fast outputs are exact. Last, the outputs
     of a single finite term are made that term (`_single_terms`).
     """
-    fresh = (st.c == 0) & ~st.special if st.fresh else None  # before `advance` changes c
+    fresh = st.c == 0 if st.fresh else None  # (special lanes hold c != 0) before `advance`
     single = st.single.copy() if st.any_single else None
     if not all_ok:
         lead = ~ok & (first == 0) & (st.c == 0) & ~st.special & np.isfinite(last)
@@ -246,7 +246,7 @@ def _finish(st, ok, all_ok, first, last, lanes_of, put, wide) -> None:
         put(bad, res)
         st.restart(bad, res[:, -1])
     if fresh is not None or single is not None:
-        _single_terms(st, fresh, single, ok, lanes_of, put)
+        _single_terms(st, fresh, single, ok, all_ok, lanes_of, put)
 
 
 def _above(a: np.ndarray) -> np.ndarray:
@@ -254,28 +254,29 @@ def _above(a: np.ndarray) -> np.ndarray:
     return np.real(a) > -np.inf
 
 
-def _single_terms(st, fresh, single, ok, lanes_of, put) -> None:
+def _single_terms(st, fresh, single, ok, all_ok, lanes_of, put) -> None:
     """Outputs whose prefix holds a single finite term are that term exactly (``log(exp(x))``
     is not: ``[1e-20]`` would give 0). Such outputs follow a lane's first finite term up to its
     second, so only lanes `fresh` (nothing finite before the block) or `single` (one finite
     term before it, ``st.sole``) can hold them; the exact path (lanes not `ok`) already gives
     them. In the usual block, where every lane is fresh and its first two elements are finite,
-    this is one copy of the first element; other lanes count their finite terms."""
+    this is one copy of the first element; lanes with -inf among them count their terms."""
     S, D = lanes_of(None, False), lanes_of(None, True)
-    todo = np.zeros(st.c.shape, dtype=bool)
+    todo = single
     if fresh is not None:
-        todo |= fresh
-    if single is not None:
-        todo |= single
-    if S.shape[-1] >= 2 and fresh is not None:
-        regular = fresh & ok & _above(S[..., 0]) & _above(S[..., 1])
-        if regular.any():
-            first = _normalize_complex(S[..., 0]) if np.iscomplexobj(S) else S[..., 0]
-            np.copyto(D[..., 0], first, where=regular, casting="unsafe")
-            todo &= ~regular
+        # a fresh lane's first output covers its first element alone (or nothing: -inf)
+        first = _normalize_complex(S[..., 0]) if np.iscomplexobj(S) else S[..., 0]
+        np.copyto(D[..., 0], first, where=fresh if all_ok else fresh & ok, casting="unsafe")
+        # lanes whose outputs of one term may go on: -inf first or second
+        if S.shape[-1] >= 2:
+            more = np.minimum(np.real(S[..., 0]), np.real(S[..., 1])) == -np.inf
+            more &= fresh
+        else:
+            more = fresh
+        todo = more if todo is None else todo | more
     if single is not None:
         st.single[...] = False  # set again below for the lanes still single
-    if todo.any():
+    if todo is not None and todo.any():
         sel = np.nonzero(todo)
         s = lanes_of(sel, False)
         finite = _above(s)
@@ -294,7 +295,9 @@ def _single_terms(st, fresh, single, ok, lanes_of, put) -> None:
         still = (count[:, -1] == 1) & ~st.special[sel]
         st.single[sel] = still
         st.sole[sel] = np.where(still, term, 0)
-    st.any_single = bool(st.single.any())
+        st.any_single = bool(still.any())
+    elif single is not None:
+        st.any_single = False
 
 
 def _log_into(W: np.ndarray, D: np.ndarray, m: np.ndarray | None) -> None:
