@@ -207,21 +207,28 @@ xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
         Pair<T> before = identity<T>(), chunk = identity<T>();
         if (sums) {
             T b = T(0), t = T(0);
-            int earlier = 0, only = 0;  // earlier runs that add to b, and the last of them
 #pragma unroll
             for (int w = 0; w < WARPS; ++w) {
                 const T d = run_sum[w][lane];
-                if (w < warp && d != T(0)) {
-                    b += d;
-                    ++earlier;
-                    only = w;
-                }
+                if (w < warp) b += d;
                 t += d;
             }
-            // b is 0 only when every earlier run is -inf; one earlier run is taken as its own
-            // pair: (M, b) would round a single finite term x through exp(x - M) and log
-            if (earlier == 1) before = run_agg[only][lane];
-            else if (earlier > 1) before = Pair<T>{M, b};
+            if (b != T(0)) {  // 0 only when every earlier run is -inf
+                before = Pair<T>{M, b};
+                // With nothing before the chunk, a single earlier run is taken as its own
+                // pair: (M, b) would round a single finite term x through exp(x - M) and log.
+                // (After a carry, P holds one term only where `before` is empty.)
+                if (carry.m == neg_inf<T>()) {
+                    int earlier = 0, only = 0;
+                    for (int w = 0; w < warp; ++w) {
+                        if (run_sum[w][lane] != T(0)) {
+                            ++earlier;
+                            only = w;
+                        }
+                    }
+                    if (earlier == 1) before = run_agg[only][lane];
+                }
+            }
             chunk = Pair<T>{M, t};
         } else {
             for (int w = 0; w < WARPS; ++w) {

@@ -449,10 +449,15 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
     const bool empty = P.m == neg_inf<T>();
     const Sole<T> so = sole(P, first_sh, empty ? math.exp(first_sh - B) : T(0));
     const T S = warp_sh[warp] + before;
+    if (so.s == so.s) {  // block-uniform: a prefix of one finite term or none
 #pragma unroll UNROLL
-    for (int j = 0; j < ITEMS; ++j) {
-        const T s = S + run[j];
-        run[j] = (s == so.s) ? so.out : f.R + math.log(f.a + f.b * s);
+        for (int j = 0; j < ITEMS; ++j) {
+            const T s = S + run[j];
+            run[j] = (s == so.s) ? so.out : f.R + math.log(f.a + f.b * s);
+        }
+    } else {  // the usual tile: no output is a single term, no compare
+#pragma unroll UNROLL
+        for (int j = 0; j < ITEMS; ++j) run[j] = f.R + math.log(f.a + f.b * (S + run[j]));
     }
     // the tile's first exclusive output is P alone, which may lie below B - THRESHOLD
     if (exclusive && tid == 0) run[0] = value(P);
