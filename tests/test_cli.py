@@ -136,7 +136,8 @@ def test_bad_backend_value_is_one_line(command):
 
 def test_import_still_raises_on_a_bad_backend_value():
     """Only the command line reports the value instead of raising."""
-    environ = {**os.environ, "XPOPS_BACKEND": "torch", "PYTHONPATH": str(ROOT)}
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    environ = {**os.environ, "XPOPS_BACKEND": "torch", "PYTHONPATH": path}
     out = subprocess.run(
         [sys.executable, "-c", "import xpops"],
         capture_output=True,

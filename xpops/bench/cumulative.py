@@ -30,12 +30,8 @@ def _peers(backend: str, x: Any, axis: int | None) -> dict[str, Any]:
     try:
         import torch
 
-        if backend == "cupy" and torch.cuda.is_available():
-            t = torch.from_dlpack(x)
-        elif backend != "cupy":
-            t = torch.from_numpy(x)
-        else:
-            t = None
+        # DLPack takes NumPy and CuPy arrays alike (no copy)
+        t = torch.from_dlpack(x) if backend != "cupy" or torch.cuda.is_available() else None
         if t is not None:
             t = t.reshape(-1) if axis is None else t
             peers["torch"] = lambda: torch.logcumsumexp(t, dim)

@@ -46,9 +46,9 @@ def _torch_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callable[[], A
     except ImportError:
         return {}
     dist = torch.distributions.MultivariateNormal(
-        torch.from_numpy(loc), covariance_matrix=torch.from_numpy(cov)
+        torch.from_dlpack(loc), covariance_matrix=torch.from_dlpack(cov)
     )
-    tx = torch.from_numpy(x)
+    tx = torch.from_dlpack(x)
     return {
         "torch log_prob": functools.partial(dist.log_prob, tx),
         "torch sample": functools.partial(dist.sample, (n,)),

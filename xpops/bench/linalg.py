@@ -66,7 +66,7 @@ def _torch_peer(backend: str, b: Any, factor: Any) -> dict[str, Any]:
             return {}
         tb, tl = torch.from_dlpack(b), torch.from_dlpack(factor)
     else:
-        tb, tl = torch.from_numpy(b), torch.from_numpy(factor)
+        tb, tl = torch.from_dlpack(b), torch.from_dlpack(factor)
     return {"torch": lambda: torch.cholesky_solve(tb, tl)}
 
 

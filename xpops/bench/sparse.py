@@ -61,8 +61,7 @@ def _torch_peer(backend: str, x: Any, y: Any) -> dict[str, Any]:
         return {}
 
     def tensor(m: Any) -> Any:
-        convert = torch.from_dlpack if backend == "cupy" else torch.from_numpy
-        crow, col, val = (convert(a) for a in (m.indptr, m.indices, m.data))
+        crow, col, val = (torch.from_dlpack(a) for a in (m.indptr, m.indices, m.data))
         return torch.sparse_csr_tensor(crow, col, val, size=m.shape)
 
     tx, ty = tensor(x), tensor(y)
