@@ -45,8 +45,7 @@ def _operands_cpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
 
     rng = np.random.default_rng(0)
     density = nnz / n / n
-    x = sp.random_array((n, n), density=density, format="csr", rng=rng, dtype=dtype)
-    y = sp.random_array((n, n), density=density, format="csr", rng=rng, dtype=dtype)
+    x, y = (_random_csr(sp, n, density, rng, dtype) for _ in range(2))
     x.data += 0.5  # no stored zeros
     y.data += 0.5
     return x, y
@@ -100,3 +99,12 @@ def cases(backend: str, full: bool = False) -> list[Case]:
             )
         )
     return out
+
+
+def _random_csr(sp: Any, n: int, density: float, rng: Any, dtype: Any) -> Any:
+    """A random n x n CSR array: SciPy takes the generator as `rng` from 1.15, as
+    `random_state` before."""
+    try:
+        return sp.random_array((n, n), density=density, format="csr", rng=rng, dtype=dtype)
+    except TypeError:
+        return sp.random_array((n, n), density=density, format="csr", random_state=rng, dtype=dtype)
