@@ -7,7 +7,6 @@ CuPy is imported only when a CuPy array is passed, a CuPy namespace is asked for
 
 import functools
 import os
-import sys
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -25,9 +24,6 @@ __all__ = [
     "default_backend",
     "default_namespace",
     "get_namespace",
-    "is_cupy_namespace",
-    "is_dask_namespace",
-    "is_numpy_namespace",
     "resolve_namespace",
 ]
 
@@ -198,24 +194,9 @@ def resolve_namespace(xp: ModuleType | None) -> Namespace:
     return xp
 
 
-def is_numpy_namespace(xp: Namespace) -> bool:
-    """Whether `xp` is NumPy (plain or through array_api_compat)."""
-    return _compat.is_numpy_namespace(xp)
-
-
-def is_cupy_namespace(xp: Namespace) -> bool:
-    """Whether `xp` is CuPy (plain or through array_api_compat); never imports CuPy."""
-    return "cupy" in sys.modules and _compat.is_cupy_namespace(xp)
-
-
-def is_dask_namespace(xp: Namespace) -> bool:
-    """Whether `xp` is dask.array (plain or through array_api_compat); never imports Dask."""
-    return "dask" in sys.modules and _compat.is_dask_namespace(xp)
-
-
 def check_device(xp: Namespace, device: Device) -> None:
     """Reject a device the NumPy backend cannot place arrays on."""
-    if device is None or not is_numpy_namespace(xp):
+    if device is None or not _compat.is_numpy_namespace(xp):
         return
     if device != "cpu" and type(device).__name__ != "_CPUDevice":
         msg = f"the NumPy backend only has the device 'cpu', got {device!r}"

@@ -27,6 +27,7 @@ import numpy as np
 from .. import _backend
 from .._lib import _compat
 from .._lib._dask import block_library, check_core_chunks, child_seed, single_block, task_name
+from .._lib._dispatch import engine_kind
 from .._lib._random import as_seed, check_seed
 from ._common import bad_loc, check_real, value_batch
 
@@ -152,7 +153,7 @@ def _sample_in_chunks(dist: Any, shape: tuple[int, ...], rng: Any, chunks: Any, 
     from dask.array.core import normalize_chunks
 
     xp = _backend.get_namespace(dist.loc)
-    if not (_backend.is_numpy_namespace(xp) or _backend.is_cupy_namespace(xp)):
+    if engine_kind(xp) not in ("numpy", "cupy"):
         msg = f"`chunks` needs NumPy or CuPy parameters (the chunks' library), got {xp.__name__}"
         raise NotImplementedError(msg)
     check_seed(rng, "with `chunks`")
