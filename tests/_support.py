@@ -10,7 +10,29 @@ def to_numpy(a) -> np.ndarray:
         return a.get()
     if mod.startswith("torch"):
         return a.detach().cpu().numpy()
-    return np.from_dlpack(a) if not isinstance(a, np.ndarray) else a
+    if isinstance(a, np.ndarray):
+        return a
+    try:
+        return np.from_dlpack(a)
+    except (BufferError, TypeError, ValueError, NotImplementedError):
+        # NumPy 2.0 cannot take a read-only array by DLPack: a writable copy of its own
+        # library can be taken
+        return np.from_dlpack(a.__array_namespace__().asarray(a, copy=True))
+
+
+def scipy_mvn_cdf(x, mean, cov, *, seed: int, log: bool = False, **kwargs):
+    """``scipy.stats.multivariate_normal.cdf`` (or ``logcdf``) with its randomness seeded:
+    by `rng` where SciPy takes it, else by NumPy's global generator, which older SciPy uses."""
+    import inspect
+
+    from scipy import stats
+
+    method = stats.multivariate_normal.logcdf if log else stats.multivariate_normal.cdf
+    if "rng" in inspect.signature(method).parameters:
+        kwargs["rng"] = np.random.default_rng(seed)
+    else:
+        np.random.seed(seed)  # noqa: NPY002 - the generator SciPy before 1.15 draws from
+    return method(x, mean, cov, **kwargs)
 
 
 def backend_name(xp) -> str:

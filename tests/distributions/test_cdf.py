@@ -12,6 +12,8 @@ from scipy import special, stats
 from xpops.distributions._cdf._bivariate import bvn_cdf, log_bvn_cdf, log_norm_cdf, norm_cdf
 from xpops.distributions._cdf._numpy import mvn_cdf
 
+from .._support import scipy_mvn_cdf
+
 mp = pytest.importorskip("mpmath")  # in the test extra; the GPU machine may lack it
 
 inf = np.inf
@@ -146,9 +148,7 @@ def test_bvn_against_mpmath_and_scipy():
     # SciPy (seeded, tight tolerance) on lower orthants
     for i in range(4):
         cov = [[1, r[i]], [r[i], 1]]
-        sp = stats.multivariate_normal.cdf(
-            up[i], [0, 0], cov, abseps=1e-10, releps=0, rng=np.random.default_rng(i)
-        )
+        sp = scipy_mvn_cdf(up[i], [0, 0], cov, abseps=1e-10, releps=0, seed=i)
         assert bvn_cdf([-inf, -inf], up[i], r[i]) == pytest.approx(sp, abs=1e-9)
 
 
@@ -263,15 +263,8 @@ def test_mvn_against_scipy(engine, d, with_lower):
     cov, lo, up = _random_problem(rng, d)
     if not with_lower:
         lo = np.full(d, -inf)
-    ref = stats.multivariate_normal.cdf(
-        up,
-        np.zeros(d),
-        cov,
-        lower_limit=lo,
-        abseps=1e-7,
-        releps=0,
-        maxpts=2_000_000,
-        rng=np.random.default_rng(5),
+    ref = scipy_mvn_cdf(
+        up, np.zeros(d), cov, lower_limit=lo, abseps=1e-7, releps=0, maxpts=2_000_000, seed=5
     )
     v, e = engine(lo, up, np.linalg.cholesky(cov), abseps=1e-6, rng=4)
     assert e <= 1e-6

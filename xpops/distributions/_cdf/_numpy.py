@@ -380,7 +380,11 @@ def of_other(
 
     def host(a: Any) -> np.ndarray:  # no device transfer
         detach = getattr(a, "detach", None)  # a torch tensor that requires grad
-        return np.from_dlpack(detach() if detach is not None else a)
+        a = detach() if detach is not None else a
+        try:
+            return np.from_dlpack(a)
+        except BufferError:  # NumPy before 2.1 cannot take a read-only array: take a copy
+            return np.from_dlpack(xp.asarray(a, copy=True))
 
     def back(r: np.ndarray) -> Any:
         return xp.asarray(np.array(r, dtype=np.float64), dtype=dist.dtype, device=device)
