@@ -35,6 +35,7 @@ except ValueError:
         _os.environ["XPOPS_BACKEND"] = _value
 
 from . import distributions, linalg, sparse
+from ._autodiff._vjp import vjp
 from ._cumulative import logcumsumexp
 from ._indexing import tril_indices, triu_indices
 
@@ -48,4 +49,5 @@ __all__ = [
     "sparse",
     "tril_indices",
     "triu_indices",
+    "vjp",
 ]

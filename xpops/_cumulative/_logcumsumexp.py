@@ -9,7 +9,9 @@ import operator
 from typing import Any
 
 from .. import _backend
-from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch
+from .._autodiff import _jax
+from .._autodiff import _torch as _autograd
+from .._lib._dispatch import OWN_ENGINES, Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
 from .._lib._validation import as_bool
@@ -17,13 +19,15 @@ from .._lib._validation import as_bool
 __all__ = ["logcumsumexp"]
 
 # Each engine takes (x, axis, exclusive, reverse): `x` of the compute dtype, ndim >= 1, and
-# `axis` normalized to 0 <= axis < x.ndim.
+# `axis` normalized to 0 <= axis < x.ndim. PyTorch tensors take the NumPy and CuPy engines
+# (faster than torch.logcumsumexp on the CPU, which has no `exclusive` or `reverse`).
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:logcumsumexp",
     cupy="._cupy:logcumsumexp",
     dask="._dask:logcumsumexp",
     generic="._agnostic:logcumsumexp",
+    torch=OWN_ENGINES,
 )
 
 
@@ -59,18 +63,20 @@ def _normalize_axis(axis: Any, ndim: int) -> int:
     return axis % bound
 
 
-def _cupy_fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any) -> Any:
-    """The CuPy engine's result for the common call (a float32 or float64 CuPy array of at
-    least one dimension and no zero-length one, no `dtype`, bool flags, an int axis in range or
-    None), or None: the general path's checks cost 40 us of host time on the H100 hosts, which
-    the GPU spends idle before the scan starts. Such a call passes every check of the general
-    path, and the CuPy engine gets the same arguments from either."""
-    if (
-        dtype is not None
-        or type(exclusive) is not bool
-        or type(reverse) is not bool
-        or not cupy_fast_arrays(x, chars="fd")
-    ):
+def _fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any) -> Any:
+    """The CuPy (or PyTorch) engine's result for the common call (a float32 or float64 CuPy
+    array, or PyTorch tensor that our engines take, of at least one dimension and no
+    zero-length one, no `dtype`, bool flags, an int axis in range or None), or None: the
+    general path's checks cost 40 us of host time on the H100 hosts, which the GPU spends idle
+    before the scan starts. Such a call passes every check of the general path, and the
+    engine gets the same arguments from either."""
+    if dtype is not None or type(exclusive) is not bool or type(reverse) is not bool:
+        return None
+    if cupy_fast_arrays(x, chars="fd"):
+        engine = _ENGINES["cupy"]
+    elif torch_fast_arrays(x, chars="fd"):
+        engine = _ENGINES["torch"]
+    else:
         return None
     if axis is None:
         if x.ndim > 1:
@@ -80,7 +86,7 @@ def _cupy_fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any)
         axis %= x.ndim
     else:
         return None
-    return _ENGINES["cupy"](x, axis, exclusive, reverse)
+    return engine(x, axis, exclusive, reverse)
 
 
 def logcumsumexp(
@@ -155,8 +161,15 @@ def logcumsumexp(
     Backend support: NumPy (blocked, vectorized; faster than ``numpy.logaddexp.accumulate``),
     CuPy (CUDA kernels for long 1-D scans, many short rows and strided axes; no transposing
     copies), Dask (lazy: each chunk scanned by the in-memory op, block carries combined with
-    ``logaddexp``), and any other array-API namespace (a log-depth scan in array-API
-    operations).
+    ``logaddexp``), PyTorch (the NumPy engine for CPU tensors, on their memory through DLPack;
+    CUDA tensors as other namespaces), and any other array-API namespace (a log-depth scan in
+    array-API operations).
+
+    JAX: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and their compositions take floating JAX
+    arrays, the gradient given by the backward rule (a ``jax.custom_vjp``: no NaN at ``-inf``
+    inputs), the function compiled as one program (JAX compiles it once per shape and
+    arguments). No check needs the values of `x`, so none is skipped under a trace. Forward
+    mode (``jax.jvp``, ``jax.jacfwd``) is not available.
 
     Examples
     --------
@@ -177,7 +190,7 @@ def logcumsumexp(
     array([[0.        , 1.        , 2.        ],
            [3.04858735, 4.04858735, 5.04858735]])
     """
-    fast = _cupy_fast_path(x, axis, exclusive, reverse, dtype)
+    fast = _fast_path(x, axis, exclusive, reverse, dtype)
     if fast is not None:
         return fast
     # lists, tuples and Python scalars become NumPy arrays (the one rule of `array_args`)
@@ -185,6 +198,12 @@ def logcumsumexp(
     if a is None:
         msg = "`x` must be an array, got None"
         raise TypeError(msg)
+    if _autograd.recording(a):
+        kwargs = {"axis": axis, "exclusive": exclusive, "reverse": reverse, "dtype": dtype}
+        return _autograd.apply("xpops._cumulative._vjp:RULE", (a,), kwargs)
+    if _jax.handles(a):
+        kwargs = {"axis": axis, "exclusive": exclusive, "reverse": reverse, "dtype": dtype}
+        return _jax.apply("xpops._cumulative._vjp:RULE", (a,), kwargs)
     exclusive = as_bool(exclusive, "exclusive")
     reverse = as_bool(reverse, "reverse")
     compute_dtype, out_dtype = _resolve_dtypes(xp, a, dtype)

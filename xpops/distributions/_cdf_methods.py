@@ -7,6 +7,8 @@ import functools
 import numbers
 from typing import Any, ClassVar
 
+from .._autodiff import _jax
+from .._autodiff import _torch as _autograd
 from .._lib import _random
 from .._lib._dispatch import Engines, dispatch
 from .._lib._typing import Array, Namespace
@@ -179,3 +181,35 @@ class CdfMethods:
             self._xp, self._loc, self._tril, self._batch_shape, self._dtype, self._value
         )
         return _cdf.of_distribution(dist, value, lower_limit, options, log)
+
+
+def cdf_in_memory(
+    dist: Any, value: Any, lower_limit: Any, options: dict[str, Any], log: bool
+) -> Any:
+    """cdf or logcdf of in-memory parameters; recorded by PyTorch's autograd where it records
+    the call, by the rules of `_cdf_vjp` (primals ``loc``, the matrix, `value` and, where given,
+    `lower_limit`)."""
+    # with return_error, JAX's tracers go to the engines (the error estimate has no gradient,
+    # and JAX refuses to differentiate the engine's host callback)
+    limits = (value, lower_limit)
+    if not (
+        _autograd.recording(*dist._args, *limits)
+        or (not options["return_error"] and _jax.handles(*dist._args, *limits, traced_only=True))
+    ):
+        # `CdfMethods._cdf`, inlined: the integration warning's stacklevel counts the frames
+        # from here to the caller of cdf
+        of = _cdf.Distribution(
+            dist._xp, dist._loc, dist._tril, dist._batch_shape, dist._dtype, dist._value
+        )
+        return _cdf.of_distribution(of, value, lower_limit, options, log)
+    method = "logcdf" if log else "cdf"
+    rule = f"_cdf_vjp:{method.upper()}_ARRAYS"
+    if options["return_error"]:
+        msg = (
+            f"MultivariateNormal.{method} is not differentiable with return_error=True (the "
+            "error estimate has no gradient)"
+        )
+        raise NotImplementedError(msg)
+    kwargs = {k: v for k, v in options.items() if k != "return_error"}
+    primals = (value,) if lower_limit is None else (value, lower_limit)
+    return dist._recorded(rule, *primals, **kwargs)

@@ -5,7 +5,10 @@ class): the class's in-memory code for NumPy, CuPy and other namespaces, with th
 kernels (`_cupy`) where they take the distribution, and the Dask engine (`_dask`, imported on
 first use) for Dask parameters or a Dask value. The Dask engine reads only the public
 properties of a distribution; what its chunks need of this module reaches it through
-`_on_dask`, the one hand-off.
+`_on_dask`, the one hand-off. A call that PyTorch's autograd records (parameters or a value
+that require grad) goes instead to the array-level rules of `_vjp` and `_cdf_vjp`
+(`_recorded`), whose forward pass is the method itself. The properties live in the base class
+`_properties.Properties`, cdf and logcdf in `_cdf_methods.CdfMethods`.
 """
 
 import copy
@@ -15,12 +18,14 @@ import numbers
 from typing import Any, NamedTuple
 
 from .. import _backend
+from .._autodiff import _jax
+from .._autodiff import _torch as _autograd
 from .._lib import _compat, _random
 from .._lib._dispatch import Engines, dispatch
 from .._lib._typing import Array, Namespace
 from .._lib._validation import as_bool
 from ..linalg._triangular import solve_triangular
-from ._cdf_methods import CdfMethods
+from ._cdf_methods import CdfMethods, cdf_in_memory
 from ._common import (
     all_true,
     as_arrays,
@@ -41,6 +46,7 @@ from ._common import (
 )
 from ._factor import check_factor, check_matrix, factor
 from ._kl import kl_divergence, normal_kl, register_kl
+from ._properties import Properties
 
 __all__ = ["MultivariateNormal"]
 
@@ -48,7 +54,7 @@ _LOG_2PI = math.log(2 * math.pi)
 _PARAMS = ("covariance_matrix", "precision_matrix", "scale_tril")
 
 
-class MultivariateNormal(CdfMethods):
+class MultivariateNormal(CdfMethods, Properties):
     r"""Multivariate normal distributions, batched over their parameters.
 
     ``X ~ N(loc, Σ)`` with ``Σ`` given as a covariance matrix, a precision matrix ``Σ^{-1}``
@@ -105,6 +111,25 @@ class MultivariateNormal(CdfMethods):
     point, one distribution) is a 0-d ``numpy.ndarray``, never a NumPy scalar, in every
     method (`log_prob`, `prob`, `entropy`, `kl_divergence`, `cdf`, `logcdf`).
 
+    Gradients: `xpops.vjp` takes ``log_prob``, ``prob``, ``entropy``, ``rsample``, ``cdf``,
+    ``logcdf`` and `kl_divergence`, a distribution's cotangent keyed by the parameters it was
+    built with (``"loc"`` and its matrix's name); built from PyTorch tensors that require grad
+    (or given such a value), these methods are recorded by PyTorch's autograd.
+
+    JAX: a distribution may be built and used under ``jax.jit``, ``jax.vmap`` and ``jax.grad``
+    (and their compositions), which differentiate these methods by the same rules (a
+    ``jax.custom_vjp``; forward mode is not available). Under a trace the values are not
+    known, so the checks of values are skipped: finiteness of `loc`, of the matrix and of the
+    values given to the methods, symmetry, triangularity and positive definiteness (a matrix
+    that is not positive definite gives NaN); the checks of shapes, dtypes and arguments still
+    run. `sample` and `rsample` take a ``jax.random`` key as `rng` (``jax.random.key`` or
+    ``jax.random.PRNGKey``); under a trace `rng` must be a key or an int seed (whose draws
+    are then constants of the traced function): None or a NumPy generator raises
+    ``ValueError``, as its draws would be made once, at trace time, and reused by every call.
+    `cdf` and `logcdf` of traced arrays run the NumPy engine when the compiled function runs
+    (``jax.pure_callback``; one call per member of a vmapped batch), with no
+    ``IntegrationWarning`` (pass ``return_error=True`` to see the error estimates).
+
     Dask: a Dask `value` gives lazy results chunk by chunk; Dask parameters (`loc` and the
     matrix both Dask arrays, chunked along batch dimensions, the last dimensions one chunk)
     make every method lazy, the factor computed and checked chunk by chunk.
@@ -160,8 +185,10 @@ class MultivariateNormal(CdfMethods):
         # the dtype comes from the parameters given as arrays: a Python number or list
         # does not promote it (as in PyTorch); with none an array, NumPy's default
         typed = [(a, n) for a, n in ((loc, "loc"), (matrix, name)) if is_array(a)]
+        given_as_arrays = (is_array(loc), is_array(matrix))
         scalar_loc = isinstance(loc, numbers.Number)
         xp, (loc, matrix) = as_arrays(loc, matrix, names=["loc", name])
+        args = (loc, matrix)
         self._xp = xp
         if scalar_loc and len(matrix.shape) >= 1:  # one mean for every coordinate
             loc = xp.broadcast_to(loc, (int(matrix.shape[-1]),))
@@ -182,6 +209,13 @@ class MultivariateNormal(CdfMethods):
         self._dtype = dtype
         self._loc = xp.broadcast_to(loc, (*batch, self._d))
         self._given = (name, matrix)
+        # the parameters as given, a number or a list as an array of `dtype`: the primals of
+        # the gradients (`_vjp`), whose cotangents take their shapes
+        loc_arg, matrix_arg = (
+            a if given or a.dtype == dtype else xp.astype(a, dtype)
+            for a, given in zip(args, given_as_arrays, strict=True)
+        )
+        self._args = (loc_arg, matrix_arg)
         self._linv_t: Array | None = None
         self._fused: tuple[Array, Array, Array] | None = None  # CuPy kernels' parameter layout
         self._dask = _compat.is_dask_array(matrix)
@@ -201,91 +235,6 @@ class MultivariateNormal(CdfMethods):
         if self._validate and name != "scale_tril":
             check_factor(xp, name, matrix, tril)
         return self._loc, tril
-
-    # ---- properties -----------------------------------------------------------------------
-
-    @property
-    def batch_shape(self) -> tuple[int, ...]:
-        return self._batch_shape
-
-    @property
-    def event_shape(self) -> tuple[int, ...]:
-        return (self._d,)
-
-    @property
-    def dtype(self) -> Any:
-        """The floating dtype of the parameters and of every result (read-only).
-
-        Returns
-        -------
-        dtype
-            The promotion of the dtypes of the parameters given as arrays, integers and bools
-            taken as the default floating dtype of their library; float16 and bfloat16
-            parameters are computed in float32, which is then the dtype of every result.
-        """
-        return self._dtype
-
-    @property
-    def validate_args(self) -> bool:
-        """Whether the parameters were checked and values given to the methods are (read-only).
-
-        Returns
-        -------
-        bool
-            The `validate_args` the distribution was built with.
-        """
-        return self._validate
-
-    @property
-    def loc(self) -> Array:
-        return self._loc
-
-    @property
-    def mean(self) -> Array:
-        return self._loc
-
-    @property
-    def mode(self) -> Array:
-        return self._loc
-
-    @property
-    def scale_tril(self) -> Array:
-        return self._xp.broadcast_to(self._tril, (*self._batch_shape, self._d, self._d))
-
-    @property
-    def covariance_matrix(self) -> Array:
-        xp = self._xp
-        name, m = self._given
-        if name != "covariance_matrix":
-            m = xp.matmul(self._tril, xp.matrix_transpose(self._tril))
-        return xp.broadcast_to(m, (*self._batch_shape, self._d, self._d))
-
-    @property
-    def precision_matrix(self) -> Array:
-        xp = self._xp
-        name, m = self._given
-        if name != "precision_matrix":
-            from ..linalg import cholesky_solve
-
-            eye = xp.eye(self._d, dtype=self._dtype, device=_compat.device(self._tril))
-            m = cholesky_solve(xp.broadcast_to(eye, self._tril.shape), self._tril)
-        return xp.broadcast_to(m, (*self._batch_shape, self._d, self._d))
-
-    @property
-    def variance(self) -> Array:
-        xp = self._xp
-        v = xp.sum(self._tril * self._tril, axis=-1)
-        return xp.broadcast_to(v, (*self._batch_shape, self._d))
-
-    @property
-    def stddev(self) -> Array:
-        return self._xp.sqrt(self.variance)
-
-    def __repr__(self) -> str:
-        return (
-            f"MultivariateNormal(batch_shape={self._batch_shape}, event_shape=({self._d},), "
-            f"dtype={self._dtype})"
-        )
 
     # ---- pickling and copies: the state of a distribution -----------------------------------
 
@@ -313,13 +262,16 @@ class MultivariateNormal(CdfMethods):
         return self._xp
 
     def _inverse_factor_t(self) -> Array:
-        """``L^-T`` of an unbatched distribution, computed once."""
-        if self._linv_t is None:
-            xp = self._xp
-            eye = xp.eye(self._d, dtype=self._dtype, device=_compat.device(self._tril))
-            linv = solve_triangular(self._tril, eye, lower=True, xp=xp)
-            self._linv_t = xp.matrix_transpose(linv)
-        return self._linv_t
+        """``L^-T`` of an unbatched distribution, computed once (not kept when it is a JAX
+        tracer: it belongs to the trace that made it)."""
+        if self._linv_t is not None:
+            return self._linv_t
+        xp = self._xp
+        eye = xp.eye(self._d, dtype=self._dtype, device=_compat.device(self._tril))
+        linv_t = xp.matrix_transpose(solve_triangular(self._tril, eye, lower=True, xp=xp))
+        if not _compat.is_traced(linv_t):
+            self._linv_t = linv_t
+        return linv_t
 
     def _half_log_det(self) -> Array:
         xp = self._xp
@@ -362,9 +314,29 @@ class MultivariateNormal(CdfMethods):
 
     # ---- densities, moments, sampling -------------------------------------------------------
 
+    def _recorded(self, rule: str, *values: Any, **kwargs: Any) -> Any:
+        """The method of `rule` (``"module:attribute"`` in this package: an array-level rule,
+        primals ``loc``, the matrix and `values`) recorded by PyTorch's autograd, the primals the
+        parameters as given and `values` as tensors; the rule's keywords are `kwargs`, the
+        parameter's name (``parameter``) and `validate_args`. Under a JAX trace, differentiated
+        by JAX through the rule instead (`_differentiated`), which then builds the distribution
+        from its primals: a `dist` keyword is dropped (its arrays belong to the outer trace)."""
+        values = tuple(
+            v if is_array(v) else self._value(v, what, check_values=False)
+            for v, what in zip(values, ("value", "lower_limit"), strict=False)
+        )
+        kwargs = {"parameter": self._given[0], "validate_args": self._validate, **kwargs}
+        spec = f"{__package__}.{rule}"
+        if _jax.handles(*self._args, *values, traced_only=True):
+            kwargs.pop("dist", None)
+            return _jax.apply(spec, (*self._args, *values), kwargs, compile=False)
+        return _autograd.apply(spec, (*self._args, *values), kwargs)
+
     def log_prob(self, value: Any) -> Array:
         """Log density at `value`, shape ``broadcast(value.shape[:-1], batch_shape)``; a Dask
         `value` gives a lazy result computed chunk by chunk."""
+        if _differentiated(*self._args, value):
+            return self._recorded("_vjp:LOG_PROB_ARRAYS", value, dist=self)
         return dispatch(self._serving(value), _LOG_PROB, self, value)
 
     def _log_prob(self, value: Any) -> Array:
@@ -394,6 +366,8 @@ class MultivariateNormal(CdfMethods):
 
     def prob(self, value: Any) -> Array:
         """Density at `value` (lazy for a Dask `value`)."""
+        if _differentiated(*self._args, value):
+            return self._recorded("_vjp:PROB_ARRAYS", value, dist=self)
         return dispatch(self._serving(value), _PROB, self, value)
 
     def _prob(self, value: Any) -> Array:
@@ -401,6 +375,8 @@ class MultivariateNormal(CdfMethods):
 
     def entropy(self) -> Array:
         """Differential entropy, shape ``batch_shape``."""
+        if _differentiated(*self._args):
+            return self._recorded("_vjp:ENTROPY_ARRAYS", dist=self)
         xp = self._xp
         h = 0.5 * self._d * (1.0 + _LOG_2PI) + self._half_log_det()
         return result(xp.broadcast_to(xp.asarray(h, dtype=self._dtype), self._batch_shape))
@@ -408,9 +384,16 @@ class MultivariateNormal(CdfMethods):
     def rsample(self, shape: tuple[int, ...] | int = (), *, rng: Any = None) -> Array:
         """``loc + L eps``: shape ``shape + batch_shape + event_shape`` (differentiable in
         the parameters with PyTorch tensors)."""
+        if _differentiated(*self._args):
+            return self._recorded("_vjp:RSAMPLE_ARRAYS", shape=shape, rng=rng, dist=self)
         return dispatch(self._xp, _RSAMPLE, self, sample_shape(shape), rng)
 
     def _rsample(self, shape: tuple[int, ...], rng: Any) -> Array:
+        return self._draw(shape, rng)[0]
+
+    def _draw(self, shape: tuple[int, ...], rng: Any) -> tuple[Array, Array | None]:
+        """``(loc + L eps, eps)`` of in-memory parameters; eps None where the fused CuPy
+        kernels drew it (on the device, not kept)."""
         xp = self._xp
         engine = self._fused_kernels()
         points = math.prod(shape) * math.prod(self._batch_shape)
@@ -418,7 +401,7 @@ class MultivariateNormal(CdfMethods):
             _random.check_cupy_rng(rng)
             loc, tril, _ = self._fused_params(engine)
             out = engine.sample(points, loc, tril, rng, self._dtype)
-            return xp.reshape(out, (*shape, *self._batch_shape, self._d))
+            return xp.reshape(out, (*shape, *self._batch_shape, self._d)), None
         full = (*shape, *self._batch_shape, self._d)
         device = _compat.device(self._tril)
         eps = dispatch(xp, _NORMAL, xp, full, self._dtype, device, rng)
@@ -426,8 +409,8 @@ class MultivariateNormal(CdfMethods):
             # one distribution: one matrix product eps L^T, not one per point
             flat = xp.reshape(eps, (-1, self._d))
             x = xp.matmul(flat, xp.matrix_transpose(self._tril))
-            return self._loc + xp.reshape(x, shape_of(eps))
-        return self._loc + xp.matmul(self._tril, eps[..., None])[..., 0]
+            return self._loc + xp.reshape(x, shape_of(eps)), eps
+        return self._loc + xp.matmul(self._tril, eps[..., None])[..., 0], eps
 
     def sample(
         self, shape: tuple[int, ...] | int = (), *, rng: Any = None, chunks: Any = None
@@ -436,7 +419,9 @@ class MultivariateNormal(CdfMethods):
 
         With `chunks` (Dask's chunks of the `shape` dimensions), a lazy Dask array whose chunks
         draw from independent streams spawned from `rng` (None or an int seed): the same seed
-        and chunking give the same draws (other chunkings give other draws).
+        and chunking give the same draws (other chunkings give other draws). For JAX arrays
+        `rng` may be a ``jax.random`` key, and must be a key or an int seed under a trace (see
+        the class's notes).
         """
         if chunks is None:
             return self.rsample(shape, rng=rng)
@@ -454,6 +439,12 @@ class MultivariateNormal(CdfMethods):
 
 def _no_kernels(dtype: Any, d: int) -> None:
     return None
+
+
+def _differentiated(*arrays: Any) -> bool:
+    """Whether a method's call goes to its rule: PyTorch's autograd records it, or JAX traces
+    it (`_jax.handles`: floating JAX arrays under ``jax.jit``, ``jax.grad``, ``jax.vmap``)."""
+    return _autograd.recording(*arrays) or _jax.handles(*arrays, traced_only=True)
 
 
 def _factor_of(name: str, m: Array, validate: bool) -> Array:
@@ -501,10 +492,12 @@ def _chunk_method(dist: MultivariateNormal, name: str, arg: Any, kw: dict[str, A
 
 
 def _held_bytes(dist: MultivariateNormal) -> int:
-    """The bytes of the arrays `dist` holds (its parameters and cached forms)."""
+    """The bytes of the arrays `dist` holds (its parameters and cached forms), each array
+    once (the parameters as given are often the arrays it computes with)."""
     held = [v for v in vars(dist).values() if not isinstance(v, tuple)]
     held += [v for t in vars(dist).values() if isinstance(t, tuple) for v in t]
-    return sum(int(getattr(v, "nbytes", 0)) for v in held if hasattr(v, "shape"))
+    unique = {id(v): v for v in held if hasattr(v, "shape")}
+    return sum(int(getattr(v, "nbytes", 0)) for v in unique.values())
 
 
 class ChunkTools(NamedTuple):
@@ -543,7 +536,7 @@ _PARAMETERS = _engines(MultivariateNormal._parameters, "parameters")
 _LOG_PROB = _engines(MultivariateNormal._log_prob, "log_prob")
 _PROB = _engines(MultivariateNormal._prob, "prob")
 _RSAMPLE = _engines(MultivariateNormal._rsample, "sample")
-MultivariateNormal._cdf_engines = _engines(MultivariateNormal._cdf, "cdf")
+MultivariateNormal._cdf_engines = _engines(cdf_in_memory, "cdf")
 # standard normals of `rsample` (the fused CuPy kernels draw their own)
 _NORMAL = Engines(
     __package__,
@@ -574,6 +567,19 @@ def _kl_normal_normal(p: MultivariateNormal, q: MultivariateNormal) -> Array:
     except ValueError:
         msg = f"the batch shapes {p.batch_shape} and {q.batch_shape} do not broadcast"
         raise ValueError(msg) from None
+    spec = f"{__package__}._vjp:KL_DIVERGENCE_ARRAYS"
+    if _autograd.recording(*p._args, *q._args):
+        kwargs = {"parameters": (p._given[0], q._given[0]), "dists": (p, q)}
+        return _autograd.apply(spec, (*p._args, *q._args), kwargs)
+    if _jax.handles(*p._args, *q._args, traced_only=True):
+        # the rule builds both distributions from its primals (their arrays here belong to the
+        # outer trace)
+        validate = p._validate and q._validate
+        options: dict[str, Any] = {
+            "parameters": (p._given[0], q._given[0]),
+            "validate_args": validate,
+        }
+        return _jax.apply(spec, (*p._args, *q._args), options, compile=False)
     return dispatch(p._xp, _KL, p, q, batch)
 
 

@@ -5,8 +5,10 @@ from typing import Any
 import numpy as np
 
 from .. import _backend
+from .._autodiff import _jax
+from .._autodiff import _torch as _autograd
 from .._lib import _compat
-from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch
+from .._lib._dispatch import OWN_ENGINES, Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
 from .._lib._validation import as_bool
@@ -15,22 +17,26 @@ __all__ = ["cholesky_solve"]
 
 # Each engine takes (x, y, upper, *, xp) as validated and cast below: x (*, M, K), y (*, M, M),
 # one float or complex compute dtype, nothing empty. The NumPy and generic engines are imported
-# on first use too: the NumPy one imports SciPy.
+# on first use too: the NumPy one imports SciPy. PyTorch tensors take the NumPy and CuPy
+# engines (faster than torch.cholesky_solve on the CPU).
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:cholesky_solve",
     cupy="._cupy:cholesky_solve",
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
+    torch=OWN_ENGINES,
 )
-# The CuPy fast path's engine (two CuPy arrays of one float or complex dtype, one batch shape,
-# nothing empty): only its CuPy entry is called; the others are the general engines.
+# The fast path's engine (two CuPy arrays, or PyTorch tensors that our engines take, of one
+# float or complex dtype, one batch shape, nothing empty): only its CuPy and PyTorch entries
+# are called; the others are the general engines.
 _SAME_BATCH_ENGINES = Engines(
     __package__,
     numpy="._numpy:cholesky_solve",
     cupy="._cupy:solve_same_batch",
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
+    torch=OWN_ENGINES,
 )
 
 
@@ -179,10 +185,17 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
 
     Backend support: NumPy (SciPy's BLAS ``trsm`` on the arrays' own memory for large
     systems; a substitution vectorized over the batch for many small ones); CuPy (CUDA
-    engine); PyTorch (``torch.linalg.solve_triangular``); any other array-API namespace
+    engine); PyTorch (the NumPy engine for CPU tensors, on their memory through DLPack;
+    ``torch.linalg.solve_triangular`` for CUDA tensors and those it does not take); any other array-API namespace
     (array-api-strict, ...): the array API standard has no triangular solve, so each
     triangular solve is ``xp.linalg.solve`` on the triangle selected by ``xp.tril`` or
     ``xp.triu``, and systems with a zero diagonal entry come out as NaN.
+
+    JAX: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and their compositions take floating JAX
+    arrays, the gradient given by the backward rule (a ``jax.custom_vjp``), the function
+    compiled as one program. No check needs the values of the inputs, so none is skipped under
+    a trace; under a trace the devices of tracers are not compared (JAX places the
+    computation). Forward mode (``jax.jvp``, ``jax.jacfwd``) is not available.
 
     Examples
     --------
@@ -217,19 +230,31 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     """
     a: Array = x  # the arrays, typed for attribute access (ArrayT ties the result's type to x)
     b: Array = y
-    # The common CuPy call goes straight to the kernel: the general checks cost more host time
-    # than the kernel takes for small batches. The guard and the checks here imply every check
-    # below (same batch shape, hence broadcasting ones; square factors; matching M).
-    if cupy_fast_arrays(a, b, chars="fdFD", min_ndim=2) and type(upper) is bool:
-        xs, ys = a.shape, b.shape
-        if xs[:-2] == ys[:-2] and ys[-1] == ys[-2] and xs[-2] == ys[-1]:
-            return _SAME_BATCH_ENGINES["cupy"](a, b, upper)
+    # The common CuPy call (and PyTorch's, on our engines) goes straight to the kernel: the
+    # general checks cost more host time than the kernel takes for small batches. The guard and
+    # the checks here imply every check below (same batch shape, hence broadcasting ones;
+    # square factors; matching M).
+    if type(upper) is bool:
+        if cupy_fast_arrays(a, b, chars="fdFD", min_ndim=2):
+            kind = "cupy"
+        elif torch_fast_arrays(a, b, chars="fdFD", min_ndim=2):
+            kind = "torch"
+        else:
+            kind = ""
+        if kind:
+            xs, ys = a.shape, b.shape
+            if xs[:-2] == ys[:-2] and ys[-1] == ys[-2] and xs[-2] == ys[-1]:
+                return _SAME_BATCH_ENGINES[kind](a, b, upper)
     for name, arg in (("x", a), ("y", b)):
         if arg is None:  # array_args passes None through, for optional parameters
             msg = f"`{name}` must be an array, got None"
             raise TypeError(msg)
     xp, (a, b) = _backend.array_args(a, b, names=("x", "y"))
     upper = as_bool(upper, "upper")
+    if _autograd.recording(a, b):
+        return _autograd.apply("xpops.linalg._vjp:RULE", (a, b), {"upper": upper})
+    if _jax.handles(a, b):
+        return _jax.apply("xpops.linalg._vjp:RULE", (a, b), {"upper": upper})
     xs, ys = tuple(a.shape), tuple(b.shape)
     compute_dtype, out_dtype = _resolve_dtypes(xp, a, b)
     out_shape, vector = _check_shapes(xs, ys)
@@ -254,8 +279,9 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
 
 
 def _check_device(x: Array, y: Array, xs: tuple[int, ...], ys: tuple[int, ...]) -> Any:
-    dx, dy = _compat.device(x), _compat.device(y)
-    if dx != dy:
+    """The device of the inputs (None for JAX tracers, which have none and are not compared)."""
+    if not _compat.same_device(x, y):
+        dx, dy = _compat.device(x), _compat.device(y)
         msg = f"`x` and `y` must be on the same device, got {dx} and {dy} ({_shapes(xs, ys)})"
         raise ValueError(msg)
-    return dx
+    return _compat.device_of(x, y)

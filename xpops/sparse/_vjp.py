@@ -1,0 +1,343 @@
+r"""The backward rule of sparse.divide: ``RULE``, used by `xpops.vjp` (SciPy and cupyx).
+
+For ``out = x / y`` on the union of the stored patterns (`xpops.sparse.divide`), with ``X``,
+``Y`` the operands' values summed over duplicates (0 where not stored) and ``dout`` the
+cotangent of `out`, the cotangents are, at each stored entry of the operand's own pattern:
+
+* ``dx = dout / conj(Y)`` at each stored entry of `x`;
+* ``dy = -dout * conj(out / Y)`` at each stored entry of `y`;
+* for a scalar `y`, a 0-d ``dy = -sum(dout * conj(out / y))`` over `out`'s stored entries.
+
+The conjugates follow PyTorch's convention for complex values (the gradient of the real loss
+``re(sum(conj(dout) * out))`` with respect to ``re z + i im z``); for real values they do
+nothing. Where ``Y`` is 0 (not stored, or a stored zero) IEEE arithmetic gives ``±inf`` or
+``nan``, as in the forward quotient. A duplicate entry gets the gradient of its position,
+since the operand's value there is the sum of its duplicates. Positions that `out` does not
+store hold a constant zero (the forward never produces ``0 / y`` there): they contribute
+nothing, also for a scalar ``y == 0``, and values of a dense `dout` there are not read.
+
+Each gradient has its operand's container class (``csr_array``, ``coo_matrix``, cupyx's
+classes) and exactly its stored structure: its index arrays, copied, with duplicates and
+unsorted indices kept. Its dtype is the operand's for floating and complex operands, with the
+real part taken for a real operand of a complex quotient; integer and bool operands (and a
+Python ``bool``, ``int`` or ``float`` divisor) get the real floating dtype of the quotient, a
+Python ``complex`` divisor the quotient's dtype. A scalar divisor's cotangent is a 0-d array
+of the library of `x` (NumPy for SciPy, CuPy for cupyx), so that nothing moves between host
+and device.
+
+Algorithm: every value is looked up on `out`'s pattern, which is canonical (sorted, no
+duplicates). The stored positions of an operand and of a sparse `dout` are turned into
+row-major linear keys (int64) and found among `out`'s keys by binary search
+(``searchsorted``); their values are summed there by a scatter-add that starts from -0.0 at
+stored positions (so a lone -0.0 keeps its sign, as in the forward) and from +0 elsewhere.
+A dense `dout` is gathered at `out`'s coordinates. The same code runs on NumPy and CuPy,
+without Python loops and, on the GPU, without host synchronisation.
+"""
+
+import functools
+import math
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from .._autodiff._rule import Rule
+from .._lib._compat import is_dask_array
+from .._lib._names import type_name
+from ._common import SCIPY, is_scalar, library
+from ._divide import divide
+
+__all__ = ["RULE"]
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def forward(x: Any, y: Any) -> tuple[Any, tuple[Any, ...]]:
+    """``divide(x, y)`` and the residuals ``(x, y, out)``."""
+    if is_dask_array(x) or is_dask_array(y):
+        msg = "xpops.vjp of sparse.divide does not take Dask operands; compute them first"
+        raise NotImplementedError(msg)
+    out = divide(x, y)
+    return out, (x, y, out)
+
+
+def backward(residuals: tuple[Any, ...], cotangent: Any) -> tuple[Any, Any]:
+    """``(dx, dy)`` for the cotangent of ``out = divide(x, y)`` (see the module docstring)."""
+    x, y, out = residuals
+    kind = library(x)
+    if kind is None:  # residuals of some other call
+        msg = f"the residuals of sparse.divide hold a sparse `x`, got {type_name(x)}"
+        raise TypeError(msg)
+    xp = _array_module(kind)
+    ctype = np.dtype(out.dtype)  # the quotient dtype: floating or complex
+    shape = tuple(int(n) for n in out.shape)
+    if math.prod(shape) > _INT64_MAX:
+        msg = f"xpops.vjp of sparse.divide needs fewer than 2**63 positions, got shape {shape}"
+        raise NotImplementedError(msg)
+    union = _Union(xp, out, shape)
+    dout = _cotangent_on(xp, kind, cotangent, union, ctype)
+    o = out.data.astype(ctype, copy=False)
+    at_x = _positions(xp, union, x, _canonical(kind, x))
+    with np.errstate(all="ignore"):
+        if is_scalar(y, kind):
+            yv = _scalar(xp, y, ctype)
+            dx = _at(dout, at_x) / _conj(xp, yv)
+            # a 0-d array (NumPy's sum gives a scalar)
+            dy = xp.asarray(_cast(-xp.sum(dout * _conj(xp, o / yv)), _grad_dtype(y, ctype)))
+            return _like(kind, x, _cast(dx, _grad_dtype(x, ctype))), dy
+        y_unique = _canonical(kind, y)
+        at_y = _positions(xp, union, y, y_unique)
+        yu = _summed(xp, union.size, at_y, y.data, ctype, y_unique)
+        dx = _at(dout, at_x) / _conj(xp, _at(yu, at_x))
+        dy = -_at(dout, at_y) * _conj(xp, _at(o, at_y) / _at(yu, at_y))
+    dx = _cast(dx, _grad_dtype(x, ctype))
+    dy = _cast(dy, _grad_dtype(y, ctype))
+    return _like(kind, x, dx), _like(kind, y, dy)
+
+
+RULE = Rule("sparse.divide", ("x", "y"), forward, backward)
+
+
+# ---- array modules and dtypes --------------------------------------------------------------------
+
+
+def _array_module(kind: str) -> ModuleType:
+    """NumPy for SciPy operands, CuPy for cupyx ones (imported only then)."""
+    if kind == SCIPY:
+        return np
+    import cupy
+
+    return cupy
+
+
+def _conj(xp: ModuleType, a: Any) -> Any:
+    """The conjugate of complex `a` (an array, or a NumPy scalar, conjugated on the host)."""
+    if a.dtype.kind != "c":
+        return a
+    return np.conj(a) if isinstance(a, np.generic) else xp.conj(a)
+
+
+def _grad_dtype(primal: Any, ctype: np.dtype) -> np.dtype:
+    """The dtype of the cotangent of `primal` when the quotient has dtype `ctype`."""
+    real = np.dtype(ctype.type(0).real.dtype)
+    if isinstance(primal, complex) and not isinstance(primal, np.generic):
+        return ctype
+    dtype = getattr(primal, "dtype", None)
+    if dtype is None or np.dtype(dtype).kind not in "fc":  # Python or integer/bool values
+        return real
+    return np.dtype(dtype)
+
+
+def _cast(a: Any, dtype: np.dtype) -> Any:
+    """`a` (of the quotient dtype) as `dtype`: the real part for a real `dtype`."""
+    if a.dtype.kind == "c" and dtype.kind != "c":
+        return a.real.astype(dtype)  # a copy: the real part is a strided view
+    return a.astype(dtype, copy=False)
+
+
+def _scalar(xp: ModuleType, y: Any, ctype: np.dtype) -> Any:
+    """A scalar divisor as the forward takes it: converted to the quotient dtype (a 0-d CuPy
+    array stays on the device)."""
+    if type(y).__module__.startswith("cupy"):
+        return y.astype(ctype)
+    with np.errstate(all="ignore"):  # a Python int past the dtype's range becomes inf
+        return ctype.type(y)
+
+
+# ---- positions and values on out's pattern -------------------------------------------------------
+
+
+def _coords(xp: ModuleType, a: Any) -> tuple[Any, ...]:
+    """The coordinates of `a`'s stored entries, one array per axis, in stored order."""
+    if a.format == "csr":
+        if len(a.shape) == 1:
+            return (a.indices,)
+        indptr, nnz = a.indptr, a.indices.shape[0]
+        if xp is np:
+            rows = np.repeat(np.arange(a.shape[0], dtype=np.int64), np.diff(indptr))
+        else:  # CuPy's repeat takes no array of counts
+            rows = xp.searchsorted(indptr[1:], xp.arange(nnz), side="right")
+        return (rows, a.indices)
+    return _index_arrays(a)
+
+
+def _index_arrays(a: Any) -> tuple[Any, ...]:
+    if a.format == "csr":
+        return (a.indptr, a.indices)
+    return tuple(a.coords) if hasattr(a, "coords") else (a.row, a.col)
+
+
+def _keys(xp: ModuleType, coords: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
+    """Row-major linear keys (int64) of `coords` in an array of `shape`."""
+    keys = coords[0].astype(np.int64)  # a new array, updated in place (one allocation)
+    for c, n in zip(coords[1:], shape[1:], strict=True):
+        keys *= n
+        keys += c
+    return keys
+
+
+class _Union:
+    """The stored pattern of `out` (canonical: sorted, no duplicates): its coordinates and
+    linear keys, computed when first needed."""
+
+    def __init__(self, xp: ModuleType, out: Any, shape: tuple[int, ...]) -> None:
+        self.xp, self.out, self.shape = xp, out, shape
+        self.size = int(out.data.shape[0])
+
+    @functools.cached_property
+    def coords(self) -> tuple[Any, ...]:
+        return _coords(self.xp, self.out)
+
+    @functools.cached_property
+    def keys(self) -> Any:
+        return _keys(self.xp, self.coords, self.shape)
+
+
+def _positions(xp: ModuleType, union: _Union, a: Any, unique: bool) -> Any:
+    """Where each stored entry of operand `a` sits in out's pattern (which holds every
+    position of `a`); None where that is each entry's own index: a canonical operand with
+    as many entries as out stores exactly out's pattern, in its order."""
+    if unique and a.data.shape[0] == union.size:
+        return None
+    return _search(xp, union.keys, _keys(xp, _coords(xp, a), union.shape), unique)
+
+
+def _search(xp: ModuleType, keys: Any, queries: Any, ordered: bool) -> Any:
+    """``searchsorted(keys, queries)``. NumPy searches queries in increasing order about 10x
+    faster (the previous answer bounds the next search, and memory is read in order), so
+    queries not known to be `ordered` are sorted first there: 3.5x faster in all for 400k
+    queries among 800k keys. The GPU searches in parallel, in any order."""
+    if ordered or xp is not np:
+        return xp.searchsorted(keys, queries)
+    order = np.argsort(queries)
+    at = np.empty_like(order)
+    at[order] = np.searchsorted(keys, queries[order])
+    return at
+
+
+def _at(a: Any, at: Any) -> Any:
+    """``a[at]``, or `a` itself for `at` None (see `_positions`)."""
+    return a if at is None else a[at]
+
+
+def _scatter_add(xp: ModuleType, acc: Any, at: Any, values: Any) -> None:
+    """``acc[at] += values`` with repeated positions all added (``numpy.add.at``)."""
+    if xp is not np and acc.dtype.kind == "c":
+        # CuPy's atomic add has no complex: the real and imaginary parts as pairs
+        real = acc.real.dtype
+        acc = acc.view(real).reshape(-1, 2)
+        values = xp.ascontiguousarray(values).view(real).reshape(-1, 2)
+    xp.add.at(acc, at, values)
+
+
+def _summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype, unique: bool) -> Any:
+    """Length n: `values` summed at positions `at` (in 0..n, where n collects the values to
+    drop; None: at their own index), +0 where nothing is stored; `unique`: no two entries
+    share a position below n."""
+    values = values.astype(dtype, copy=False)
+    if at is None:
+        return values
+    acc = xp.zeros(n + 1, dtype=dtype)
+    if unique:
+        acc[at] = values
+        return acc[:n]
+    # -0.0 is the identity of IEEE addition: a lone stored -0.0 keeps its sign
+    acc[at] = -0.0 if dtype.kind != "c" else complex(-0.0, -0.0)
+    _scatter_add(xp, acc, at, values)
+    return acc[:n]
+
+
+def _canonical(kind: str, a: Any) -> bool:
+    """Whether `a` is known to be canonical without any work on the GPU: SciPy's check is
+    cheap (and cached), cupyx's COO keeps a flag; cupyx's CSR check synchronises."""
+    if kind == SCIPY or a.format == "coo":
+        return bool(a.has_canonical_format)
+    return False
+
+
+# ---- the cotangent -------------------------------------------------------------------------------
+
+
+def _cotangent_on(xp: ModuleType, kind: str, cotangent: Any, union: _Union, ctype: np.dtype) -> Any:
+    """The cotangent's values at out's stored positions (`union`), as `ctype`; TypeError
+    naming `cotangent` for anything but a sparse operand of x's library or a dense array of
+    its array module."""
+    shape = union.shape
+    lib = "scipy.sparse" if kind == SCIPY else "cupyx.scipy.sparse"
+    dense_name = "a NumPy array" if kind == SCIPY else "a CuPy array"
+    what = f"a {lib} array or matrix, or {dense_name}, of the output's shape {shape}"
+    sparse = library(cotangent)
+    if sparse is not None and sparse != kind:
+        msg = f"the cotangent of sparse.divide must be {what}, got {type_name(cotangent)}"
+        raise TypeError(msg)
+    if sparse is None and not isinstance(cotangent, xp.ndarray):
+        msg = f"the cotangent of sparse.divide must be {what}, got {type_name(cotangent)}"
+        raise TypeError(msg)
+    dtype = np.dtype(cotangent.dtype)
+    if dtype.kind not in "fc" or (dtype.kind == "c" and ctype.kind != "c"):
+        want = "a floating or complex" if ctype.kind == "c" else "a real floating"
+        msg = (
+            f"the cotangent of sparse.divide must have {want} dtype (the output is {ctype}), "
+            f"got {dtype}"
+        )
+        raise TypeError(msg)
+    if sparse is None:
+        dense = xp.asarray(cotangent)  # a NumPy matrix indexes as an ndarray
+        if dense.flags.c_contiguous:  # one flat gather: 4x faster than by coordinates
+            return xp.take(dense.reshape(-1), union.keys).astype(ctype, copy=False)
+        return dense[union.coords].astype(ctype, copy=False)
+    if cotangent.format not in ("csr", "coo"):
+        cotangent = cotangent.tocoo()  # a new object: the cotangent is not modified
+    n = union.size
+    unique = _canonical(kind, cotangent)
+    # out's own pattern (the usual case): its values as they are; checked on the host only
+    same = unique and xp is np and cotangent.data.shape[0] == n
+    if same and cotangent.format == union.out.format:
+        pairs = zip(_index_arrays(cotangent), _index_arrays(union.out), strict=True)
+        if all(np.array_equal(a, b) for a, b in pairs):
+            return cotangent.data.astype(ctype, copy=False)
+    keys = _keys(xp, _coords(xp, cotangent), shape)
+    if same and np.array_equal(keys, union.keys):
+        return cotangent.data.astype(ctype, copy=False)
+    at = _search(xp, union.keys, keys, unique)
+    padded = xp.concatenate([union.keys, xp.full(1, -1, dtype=np.int64)])
+    at = xp.where(padded[at] == keys, at, n)  # positions out does not store: dropped
+    return _summed(xp, n, at, cotangent.data, ctype, unique)
+
+
+# ---- results -----------------------------------------------------------------------------------
+
+
+def _like(kind: str, a: Any, data: Any) -> Any:
+    """An operand of `a`'s class and stored structure (its index arrays copied) holding
+    `data`."""
+    shape = tuple(a.shape)
+    if kind == SCIPY:
+        if a.format == "csr":
+            indices, indptr = a.indices.copy(), a.indptr.copy()
+            out = type(a)((data, indices, indptr), shape=shape)
+            out.indices, out.indptr = indices, indptr  # SciPy narrows int64 whose values fit
+            return out
+        coords = tuple(c.copy() for c in _coords(np, a))
+        out = type(a)((data, coords), shape=shape)
+        if hasattr(out, "coords"):
+            out.coords = coords
+        else:
+            out.row, out.col = coords
+        out.has_canonical_format = a.has_canonical_format
+        return out
+    # cupyx: an empty operand of the shape given the arrays, since the constructors check
+    # their contents (host synchronisations)
+    out = type(a)(shape, dtype=data.dtype)
+    out.data = data
+    if a.format == "csr":
+        out.indices, out.indptr = a.indices.copy(), a.indptr.copy()
+        for flag in ("_has_canonical_format", "_has_sorted_indices"):  # cupyx's cached checks
+            if hasattr(a, flag):
+                setattr(out, flag, getattr(a, flag))
+            elif hasattr(out, flag):
+                delattr(out, flag)
+        return out
+    out.row, out.col = a.row.copy(), a.col.copy()
+    out.has_canonical_format = a.has_canonical_format
+    return out
