@@ -37,3 +37,10 @@ def scipy_mvn_cdf(x, mean, cov, *, seed: int, log: bool = False, **kwargs):
 
 def backend_name(xp) -> str:
     return xp.__name__.split(".")[0]
+
+
+def library_of(a) -> str:
+    """The top-level package of an array's library, as `backend_name` names it (JAX's
+    arrays are defined in ``jaxlib``)."""
+    name = type(a).__module__.split(".")[0]
+    return "jax" if name == "jaxlib" else name

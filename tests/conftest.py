@@ -1,8 +1,15 @@
 """Backend fixtures (DESIGN.md §5).
 
 `xp` runs a test once per available backend: numpy, array_api_strict, cupy (skipped with "no
-CUDA device available" on machines without one) and torch (when installed). When
+CUDA device available" on machines without one), torch and jax (when installed). When
 ``XPOPS_BACKEND`` is set, only that backend runs.
+
+JAX runs with ``jax_enable_x64`` on (set when the first JAX test loads it, for the rest of the
+session): the tests compare float64 results, which JAX otherwise silently makes float32. The
+flag is JAX's own; the other backends do not read it. JAX's rows are marked ``slow``: JAX
+compiles each operation (each public function, under the binding) for each new shape and dtype,
+a fraction of a second to seconds of CPU, and the suites call hundreds of shapes; the fast JAX
+tests, of grad, jit and vmap, are ``tests/test_jax.py``.
 """
 
 import importlib
@@ -10,7 +17,7 @@ import os
 
 import pytest
 
-ALL_BACKENDS = ("numpy", "array_api_strict", "cupy", "torch")
+ALL_BACKENDS = ("numpy", "array_api_strict", "cupy", "torch", "jax")
 
 
 def _selected_backends() -> tuple[str, ...]:
@@ -36,13 +43,31 @@ def _load(name: str):
         return cupy
     if name == "torch":
         return pytest.importorskip("torch")
+    if name == "jax":
+        jax = pytest.importorskip("jax")
+        jax.config.update("jax_enable_x64", True)
+        return importlib.import_module("jax.numpy")
     return importlib.import_module(name)
 
 
-@pytest.fixture(params=_selected_backends())
+def _params() -> list:
+    return [
+        pytest.param(b, marks=pytest.mark.slow) if b == "jax" else b for b in _selected_backends()
+    ]
+
+
+@pytest.fixture(params=_params())
 def xp(request):
     """The array library of the backend under test (a plain module: numpy, cupy, ...)."""
     return _load(request.param)
+
+
+@pytest.fixture
+def jax_only():
+    """JAX's numpy namespace, or skip: for the JAX-only tests (grad, jit, vmap)."""
+    if "jax" not in _selected_backends():
+        pytest.skip("the JAX backend is not selected")
+    return _load("jax")
 
 
 @pytest.fixture

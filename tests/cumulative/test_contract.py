@@ -12,7 +12,7 @@ from hypothesis import given, settings
 import xpops
 from xpops._lib._compat import array_namespace
 
-from .._support import backend_name, to_numpy
+from .._support import backend_name, library_of, to_numpy
 from ._reference import (
     assert_scan_close,
     assert_single_terms_exact,
@@ -303,7 +303,7 @@ def test_empty(xp, shape, exclusive, reverse):
         out = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
         assert out.shape == ((math.prod(shape),) if axis is None else shape)
         assert out.dtype == x.dtype
-        assert type(out).__module__.split(".")[0] == backend_name(xp)
+        assert library_of(out) == backend_name(xp)
 
 
 def test_length_one_axis(xp):
@@ -316,6 +316,8 @@ def test_length_one_axis(xp):
 
 @pytest.mark.parametrize("shape", [(1,), (3, 1), (5,)])
 def test_result_is_a_new_array(xp, shape):
+    if backend_name(xp) == "jax":
+        pytest.skip("JAX arrays are immutable: a result cannot alias its input")
     x_np = np.arange(math.prod(shape), dtype=np.float64).reshape(shape)
     x = xp.asarray(x_np.copy())
     for axis, reverse in itertools.product([None, -1], [False, True]):
@@ -330,7 +332,7 @@ def test_input_not_modified_and_result_layout(xp):
     for axis, exclusive, reverse in itertools.product([None, 0, 1], [False, True], [False, True]):
         out = xpops.logcumsumexp(x, axis=axis, reverse=reverse, exclusive=exclusive)
         np.testing.assert_array_equal(to_numpy(x), x_np)
-        assert type(out).__module__.split(".")[0] == backend_name(xp)
+        assert library_of(out) == backend_name(xp)
         assert backend_name(array_namespace(out)) in ("array_api_compat", backend_name(xp))
         assert out.dtype == x.dtype
         assert out.shape == ((42,) if axis is None else (6, 7))

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy import special, stats
+from scipy import special
 
 from xpops.distributions._cdf._bivariate import bvn_cdf, log_bvn_cdf, log_norm_cdf, norm_cdf
 from xpops.distributions._cdf._numpy import mvn_cdf

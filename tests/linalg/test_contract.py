@@ -16,7 +16,7 @@ import xpops
 from xpops._lib._compat import array_namespace, device
 from xpops.linalg._triangular import solve_triangular
 
-from .._support import backend_name, to_numpy
+from .._support import backend_name, library_of, to_numpy
 from ._common import (
     DTYPES,
     PATTERNS,
@@ -161,14 +161,18 @@ def test_bfloat16(xp):
     rng = np.random.default_rng(7)
     factor, _, _ = make_factor(rng, (3,), 6, "float32")
     b = rng.standard_normal((3, 6, 1)).astype(np.float32)
-    bf, ff = xp.asarray(b).to(xp.bfloat16), xp.asarray(factor).to(xp.bfloat16)
+
+    def cast(a, dtype):  # PyTorch's tensors have no astype, JAX's arrays no `to`
+        return a.to(dtype) if hasattr(a, "to") else a.astype(dtype)
+
+    bf, ff = cast(xp.asarray(b), xp.bfloat16), cast(xp.asarray(factor), xp.bfloat16)
     got = xpops.linalg.cholesky_solve(bf, ff)
     assert got.dtype == xp.bfloat16
-    lower = np.tril(to_numpy(ff.to(xp.float32)).astype(np.float64))
-    want = reference(lower @ np.swapaxes(lower, -1, -2), to_numpy(bf.to(xp.float32)))
-    got64 = to_numpy(got.to(xp.float32)).astype(np.float64)
+    lower = np.tril(to_numpy(cast(ff, xp.float32)).astype(np.float64))
+    want = reference(lower @ np.swapaxes(lower, -1, -2), to_numpy(cast(bf, xp.float32)))
+    got64 = to_numpy(cast(got, xp.float32)).astype(np.float64)
     np.testing.assert_allclose(got64, want, rtol=2e-2, atol=2e-2 * np.abs(want).max())
-    mixed = xpops.linalg.cholesky_solve(bf, ff.to(xp.float16))
+    mixed = xpops.linalg.cholesky_solve(bf, cast(ff, xp.float16))
     assert mixed.dtype == xp.float32
 
 
@@ -247,7 +251,7 @@ def test_empty(xp, xs, ys, out, dtype_name):
     assert tuple(got.shape) == out
     want = _default_float(xp) if dtype_name == "int64" else getattr(xp, dtype_name)
     assert got.dtype == want
-    assert type(got).__module__.split(".")[0] == backend_name(xp)
+    assert library_of(got) == backend_name(xp)
 
 
 # ---- special values -----------------------------------------------------------------------------
@@ -401,7 +405,7 @@ def test_inputs_unmodified_and_result_layout(xp, upper, dtype_name):
         out = xpops.linalg.cholesky_solve(xx, yy, upper=upper)
         np.testing.assert_array_equal(to_numpy(x), b)
         np.testing.assert_array_equal(to_numpy(y), factor)
-        assert type(out).__module__.split(".")[0] == backend_name(xp)
+        assert library_of(out) == backend_name(xp)
         assert backend_name(array_namespace(out)) in ("array_api_compat", backend_name(xp))
         assert device(out) == device(x)
         want = _default_float(xp) if dtype_name == "int64" else getattr(xp, dtype_name)
@@ -411,6 +415,8 @@ def test_inputs_unmodified_and_result_layout(xp, upper, dtype_name):
 
 
 def test_result_is_a_new_array(xp):
+    if backend_name(xp) == "jax":
+        pytest.skip("JAX arrays are immutable: a result cannot alias its input")
     x = asarray(xp, np.ones((1, 1)))
     y = asarray(xp, np.ones((1, 1)))
     out = xpops.linalg.cholesky_solve(x, y)

@@ -11,6 +11,7 @@ before exp/log so that no floating-point warning is raised (array-api-strict for
 
 import math
 
+from .._lib._compat import device
 from .._lib._typing import Array, Namespace
 from ._complex import element_specials, sum_specials, wrap
 
@@ -58,7 +59,7 @@ def log_depth_scan(x: Array, axis: int, exclusive: bool, reverse: bool, xp: Name
     y = xp.moveaxis(x, axis, -1)
     n = y.shape[-1]
     if n == 0 or math.prod(y.shape) == 0:
-        return xp.empty(x.shape, dtype=x.dtype, device=x.device)
+        return xp.empty(x.shape, dtype=x.dtype, device=device(x))
     # The standard has no reversed views (PyTorch has no negative steps), so `reverse` flips.
     if reverse:
         y = xp.flip(y, axis=-1)
@@ -70,7 +71,7 @@ def log_depth_scan(x: Array, axis: int, exclusive: bool, reverse: bool, xp: Name
         d *= 2
     if exclusive:
         empty = complex(-math.inf, 0.0) if complex_ else -math.inf
-        start = xp.full((*y.shape[:-1], 1), empty, dtype=y.dtype, device=x.device)
+        start = xp.full((*y.shape[:-1], 1), empty, dtype=y.dtype, device=device(x))
         y = xp.concat([start, y[..., :-1]], axis=-1)
     if reverse:
         y = xp.flip(y, axis=-1)

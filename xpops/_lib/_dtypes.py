@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from ._compat import device
 from ._typing import Array, DType, Namespace
 
 __all__ = ["INT32_MAX", "INT64_MAX", "default_float", "is_dtype", "is_low_precision"]
@@ -32,7 +33,10 @@ def _numpy_dtype(xp: Namespace, dtype: DType) -> bool:
 
 
 def is_dtype(xp: Namespace, dtype: DType, kind: str | tuple[str, ...]) -> bool:
-    """``xp.isdtype``, False (not an error) for things that are not dtypes of `xp`."""
+    """``xp.isdtype``, False (not an error) for things that are not dtypes of `xp`, strings
+    included (JAX's ``isdtype`` takes ``"float64"``; the array API's dtypes are objects)."""
+    if isinstance(dtype, str):
+        return False
     if _numpy_dtype(xp, dtype):
         kinds = (kind,) if isinstance(kind, str) else kind
         if all(k in _KIND_CHARS for k in kinds):
@@ -56,6 +60,6 @@ def default_float(xp: Namespace, x: Array) -> DType:
     if _numpy_dtype(xp, x.dtype):
         return np.dtype(np.float64)
     try:
-        return xp.__array_namespace_info__().default_dtypes(device=x.device)["real floating"]
+        return xp.__array_namespace_info__().default_dtypes(device=device(x))["real floating"]
     except (AttributeError, TypeError):
         return xp.float64

@@ -2,11 +2,18 @@
 
 An `rng` is what ``numpy.random.default_rng`` takes (SPEC 7): None (fresh entropy), an int
 seed, a sequence of int seeds, a ``numpy.random.SeedSequence``, a ``BitGenerator`` or a
-``Generator``; or a ``cupy.random.Generator``. A bool is not a seed (``default_rng(True)``
-would take it as 1), and a seed is non-negative. Each op accepts some of these kinds;
-`check_rng` raises ``TypeError`` for the others, with a message that names what was expected
-and the type that came, and ``ValueError`` for a negative seed. Never imports CuPy: a
-``cupy.random.Generator`` can only exist once CuPy is imported.
+``Generator``; or a ``cupy.random.Generator``; or, for JAX arrays, a ``jax.random`` key (a
+typed key array, ``jax.random.key``, or a legacy ``uint32`` key, ``jax.random.PRNGKey``). A
+bool is not a seed (``default_rng(True)`` would take it as 1), and a seed is non-negative. Each
+op accepts some of these kinds; `check_rng` raises ``TypeError`` for the others, with a message
+that names what was expected and the type that came, and ``ValueError`` for a negative seed.
+Never imports CuPy or JAX: a ``cupy.random.Generator`` or a JAX key can only exist once its
+library is imported.
+
+Under a JAX trace (``jax.jit``, ``jax.vmap``, ``jax.grad``) a draw from a NumPy source would be
+made once, when the function is traced, and every call of the compiled function (every member
+of a vmapped batch) would reuse it: there `normal_as_float64` takes a JAX key or a fixed seed
+only, and raises ``ValueError`` for None and NumPy generators.
 """
 
 import numbers
@@ -16,11 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from . import _compat
 from ._typing import Array, Namespace
 
 __all__ = [
     "ANY",
     "CUPY",
+    "JAX",
     "NUMPY",
     "SEEDS",
     "as_seed",
@@ -30,6 +39,7 @@ __all__ = [
     "check_seed",
     "host_rng",
     "is_cupy_generator",
+    "is_jax_key",
     "normal_as_float64",
     "normal_in_dtype",
     "rng_kind",
@@ -44,6 +54,8 @@ NUMPY = SEEDS | {"bitgenerator", "numpy"}
 CUPY = SEEDS | {"cupy"}
 #: A seed or the generator of either library.
 ANY = NUMPY | CUPY
+#: What the draws of JAX arrays take: NumPy's sources (outside a trace) or a ``jax.random`` key.
+JAX = NUMPY | {"jax"}
 
 
 def is_cupy_generator(rng: Any) -> bool:
@@ -52,10 +64,23 @@ def is_cupy_generator(rng: Any) -> bool:
     return cupy is not None and isinstance(rng, cupy.random.Generator)
 
 
+def is_jax_key(rng: Any) -> bool:
+    """Whether `rng` is a ``jax.random`` key: a typed key array of one key (``jax.random.key``),
+    or a legacy key, a ``uint32`` JAX array of shape ``(2,)`` (``jax.random.PRNGKey``); concrete
+    or traced. False without JAX imported."""
+    jax = sys.modules.get("jax")
+    if jax is None or not isinstance(rng, jax.Array):
+        return False
+    if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+        return rng.ndim == 0
+    return rng.dtype == np.uint32 and tuple(rng.shape) == (2,)
+
+
 def rng_kind(rng: Any) -> str:
     """``"none"``, ``"seed"`` (an int), ``"bool"``, ``"seedsequence"`` (a ``SeedSequence``
     or the sequence of ints one is made of), ``"bitgenerator"``, ``"numpy"`` (a
-    ``numpy.random.Generator``), ``"cupy"`` (a ``cupy.random.Generator``) or ``"other"``."""
+    ``numpy.random.Generator``), ``"cupy"`` (a ``cupy.random.Generator``), ``"jax"`` (a
+    ``jax.random`` key, `is_jax_key`) or ``"other"``."""
     if rng is None:
         return "none"
     if isinstance(rng, bool | np.bool_):
@@ -70,6 +95,8 @@ def rng_kind(rng: Any) -> str:
         return "numpy"
     if is_cupy_generator(rng):
         return "cupy"
+    if is_jax_key(rng):
+        return "jax"
     return "other"
 
 
@@ -170,8 +197,43 @@ def normal_as_float64(
     xp: Namespace, shape: tuple[int, ...], dtype: Any, device: Any, rng: Any
 ) -> Array:
     """Standard normals of `shape` for another library: drawn by NumPy in float64 from `rng`
-    (as ``numpy.random.default_rng`` takes it), then an array of `xp` in `dtype` on `device`."""
+    (as ``numpy.random.default_rng`` takes it), then an array of `xp` in `dtype` on `device`.
+
+    For JAX (`xp` ``jax.numpy``) `rng` may also be a ``jax.random`` key, drawn from by
+    ``jax.random.normal`` in `dtype`; under a JAX trace it must be a key or a fixed seed (an
+    int or a ``SeedSequence``, whose draws are constants of the traced function): None and
+    NumPy generators raise ``ValueError`` (their draws would be made once, at trace time, and
+    reused by every call).
+    """
+    if "jax" in sys.modules and _compat.is_jax_namespace(xp):
+        return _jax_normal(shape, dtype, device, rng)
     check_numpy_rng(rng)
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     eps = gen.standard_normal(shape)
     return xp.asarray(eps, dtype=dtype, device=device)
+
+
+def _jax_normal(shape: tuple[int, ...], dtype: Any, device: Any, rng: Any) -> Array:
+    """`normal_as_float64` of JAX: from a ``jax.random`` key, or from NumPy outside a trace."""
+    import jax
+
+    kind = rng_kind(rng)
+    if kind == "jax":
+        out = jax.random.normal(rng, shape, dtype)
+        return out if device is None else jax.device_put(out, device)
+    expected = (
+        "None, an int seed, a numpy.random SeedSequence, BitGenerator or Generator, or a "
+        "jax.random key for JAX arrays"
+    )
+    check_rng(rng, JAX, expected)
+    if kind in ("none", "bitgenerator", "numpy") and _compat.jax_tracing():
+        msg = (
+            "sampling under a JAX trace (jax.jit, jax.vmap, jax.grad) needs `rng` as a "
+            f"jax.random key (or an int seed, whose draws are the same on every call), got "
+            f"{'None' if rng is None else type(rng).__name__}: NumPy would draw once, when the "
+            "function is traced, and every call would reuse those draws"
+        )
+        raise ValueError(msg)
+    gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    eps = gen.standard_normal(shape)
+    return jax.numpy.asarray(eps, dtype=dtype, device=device)

@@ -140,7 +140,13 @@ def parameter_batch(name: str, ls: tuple[int, ...], ms: tuple[int, ...]) -> tupl
 
 
 def all_true(xp: Namespace, condition: Array) -> bool:
-    """Whether every entry of `condition` holds (reads the answer back from the device)."""
+    """Whether every entry of `condition` holds (reads the answer back from the device).
+
+    True for a JAX tracer (under ``jax.jit``, ``jax.vmap``, ``jax.grad``), whose values are not
+    known: the checks of values are skipped there, the checks of shapes and dtypes are not.
+    """
+    if _compat.is_traced(condition):
+        return True
     return bool(xp.all(condition))
 
 
@@ -183,9 +189,10 @@ def as_arrays(*args: Any, names: list[str]) -> tuple[Namespace, tuple[Any, ...]]
 
 
 def same_device(loc: Array, matrix: Array, name: str) -> None:
-    """``ValueError`` unless `loc` and `matrix` (parameter `name`) are on one device."""
-    dl, dm = _compat.device(loc), _compat.device(matrix)
-    if dl != dm:
+    """``ValueError`` unless `loc` and `matrix` (parameter `name`) are on one device (a JAX
+    tracer has none, and is not compared)."""
+    if not _compat.same_device(loc, matrix):
+        dl, dm = _compat.device(loc), _compat.device(matrix)
         msg = f"`loc` and `{name}` must be on the same device, got {dl} and {dm}"
         raise ValueError(msg)
 

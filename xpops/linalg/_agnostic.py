@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .._lib._compat import is_torch_namespace
+from .._lib._compat import device, is_torch_namespace
 from .._lib._typing import Array, Namespace
 
 __all__ = ["cholesky_solve", "solve_triangular"]
@@ -38,8 +38,9 @@ def solve_triangular(b: Array, a: Array, lower: bool, conj_trans: bool, *, xp: N
     diag = xp.linalg.diagonal(a)
     zero = diag == 0
     singular = xp.any(zero, axis=-1)
-    eye = xp.eye(m, dtype=xp.bool, device=a.device)
-    t = xp.where(eye & zero[..., None, :], xp.asarray(1, dtype=a.dtype, device=a.device), t)
+    dev = device(a)  # None for a JAX tracer: JAX places it
+    eye = xp.eye(m, dtype=xp.bool, device=dev)
+    t = xp.where(eye & zero[..., None, :], xp.asarray(1, dtype=a.dtype, device=dev), t)
     t = xp.matrix_transpose(t) if conj_trans else t
     if conj_trans and xp.isdtype(t.dtype, "complex floating"):
         t = xp.conj(t)
@@ -48,7 +49,7 @@ def solve_triangular(b: Array, a: Array, lower: bool, conj_trans: bool, *, xp: N
     t = xp.broadcast_to(t, (*batch, m, m))
     b = xp.broadcast_to(b, (*batch, m, b.shape[-1]))
     out = xp.linalg.solve(t, b)
-    nan = xp.asarray(math.nan, dtype=out.dtype, device=a.device)
+    nan = xp.asarray(math.nan, dtype=out.dtype, device=dev)
     return xp.where(singular[..., None, None], nan, out)
 
 

@@ -369,7 +369,10 @@ def of_other(
     dist: Any, value: Any, lower_limit: Any, options: dict[str, Any], log: bool, check: bool
 ) -> tuple[Any, Any, int]:
     """CPU arrays of other libraries: read in place, the results returned in their library;
-    ``NotImplementedError`` on other devices."""
+    ``NotImplementedError`` on other devices. JAX tracers: `_traced`."""
+    traced = _traced(dist, value, lower_limit, options, log)
+    if traced is not None:
+        return traced
     xp, device = dist.xp, _compat.device(dist.tril)
     if "cpu" not in str(device).lower():
         msg = (
@@ -390,6 +393,45 @@ def of_other(
         return xp.asarray(np.array(r, dtype=np.float64), dtype=dist.dtype, device=device)
 
     return _on_cpu(dist, value, lower_limit, options, log, check, host, back)
+
+
+def _traced(
+    dist: Any, value: Any, lower_limit: Any, options: dict[str, Any], log: bool
+) -> tuple[Any, Any, int] | None:
+    """The problems of JAX tracers (under ``jax.jit``, ``jax.vmap``, ``jax.grad``), solved by this
+    engine when the compiled function runs, through ``jax.pure_callback`` (one call per member
+    of a vmapped batch), on any device; None for arrays that are not traced. The checks of
+    values are skipped and no `IntegrationWarning` is issued: both need the values."""
+    traced = _compat.is_traced(dist.loc, dist.tril, value, lower_limit)
+    if not traced and not (_compat.is_jax_namespace(dist.xp) and _compat.jax_tracing()):
+        return None
+    import jax
+
+    upper = dist.check(value, "value", allow_inf=True)
+    lower = None if lower_limit is None else dist.check(lower_limit, "lower_limit", allow_inf=True)
+    arrays = (dist.loc, dist.tril, upper) if lower is None else (dist.loc, dist.tril, upper, lower)
+    dtype = np.dtype(dist.dtype)
+    batch = batch_of(
+        tuple(upper.shape[:-1]), () if lower is None else tuple(lower.shape[:-1]), dist.batch_shape
+    )
+
+    def solve(loc: Any, tril: Any, upper: Any, *lower: Any) -> tuple[np.ndarray, np.ndarray]:
+        on_host = dist._replace(xp=np, loc=np.asarray(loc), tril=np.asarray(tril), check=_same)
+        limit = np.asarray(lower[0]) if lower else None
+
+        def back(r: np.ndarray) -> np.ndarray:
+            return np.asarray(r, dtype=dtype)
+
+        out, err, _ = _on_cpu(on_host, np.asarray(upper), limit, options, log, False, _same, back)
+        return out, err
+
+    shape = jax.ShapeDtypeStruct(batch, dtype)
+    out, err = jax.pure_callback(solve, (shape, shape), *arrays, vmap_method="sequential")
+    return out, err, 0
+
+
+def _same(a: Any, *args: Any, **kwargs: Any) -> Any:
+    return a
 
 
 def _on_cpu(dist, value, lower_limit, options, log, check, host, back):
