@@ -12,6 +12,7 @@ import pytest
 from xpops._lib import _dispatch
 from xpops._lib._dispatch import (
     ENGINE_KINDS,
+    OWN_ENGINES,
     Engines,
     cupy_fast_arrays,
     dispatch,
@@ -57,7 +58,7 @@ def _generic_engine(*args, **kwargs):
 
 
 def test_engine_kinds_order():
-    assert ENGINE_KINDS == ("numpy", "cupy", "dask", "generic")
+    assert ENGINE_KINDS == ("numpy", "cupy", "dask", "torch", "generic")
 
 
 def test_string_engines_are_imported_lazily_relative_to_the_package(engine_package):
@@ -112,7 +113,59 @@ def test_callable_engines_are_returned_as_they_are():
     assert engines["numpy"] is _numpy_engine
     assert engines["generic"] is _generic_engine
     with pytest.raises(KeyError):
-        engines["torch"]
+        engines["jax"]
+
+
+def test_torch_engine_defaults_to_the_generic_one(engine_package):
+    engines = Engines(
+        engine_package,
+        numpy=_numpy_engine,
+        cupy=_numpy_engine,
+        dask=_numpy_engine,
+        generic=_generic_engine,
+    )
+    assert engines["torch"] is _generic_engine
+    own = Engines(
+        engine_package,
+        numpy=_numpy_engine,
+        cupy=_numpy_engine,
+        dask=_numpy_engine,
+        generic=_generic_engine,
+        torch="._slow:engine",
+    )
+    assert own["torch"](1) == ("slow", (1,), {})
+
+
+def test_own_engines_serve_torch_tensors_by_the_numpy_engine():
+    torch = pytest.importorskip("torch")
+    seen = []
+
+    def numpy_engine(*args, **kwargs):
+        seen.append((args, kwargs))
+        return args[0] * 2
+
+    engines = Engines(
+        __package__,
+        numpy=numpy_engine,
+        cupy=numpy_engine,
+        dask=_generic_engine,
+        generic=_generic_engine,
+        torch=OWN_ENGINES,
+    )
+    t = torch.ones(3)
+    out = engines["torch"](t, True, xp=torch)
+    ((view, flag), kwargs) = seen[0]
+    assert isinstance(view, np.ndarray)
+    assert np.shares_memory(view, t.numpy())  # a view, not a copy
+    assert flag is True
+    assert kwargs["xp"].__name__ == "array_api_compat.numpy"
+    assert type(out) is torch.Tensor
+    assert torch.equal(out, torch.full((3,), 2.0))
+    # what the own engines do not take goes to the generic engine, as it is
+    integers = torch.ones(3, dtype=torch.int64)
+    kind, (same,), _ = engines["torch"](integers)
+    assert kind == "generic"
+    assert same is integers
 
 
 @pytest.mark.parametrize("spec", ["._slow", "._slow:", "_slow.engine"])
@@ -170,9 +223,12 @@ def test_engine_kind_dask():
     assert engine_kind(array_api_compat.dask.array) == "dask"
 
 
-def test_engine_kind_torch_is_generic():
+def test_engine_kind_torch():
     torch = pytest.importorskip("torch")
-    assert engine_kind(torch) == "generic"
+    import array_api_compat.torch
+
+    assert engine_kind(torch) == "torch"
+    assert engine_kind(array_api_compat.torch) == "torch"
 
 
 def test_engine_kind_cupy(cupy_only):
@@ -231,8 +287,9 @@ def test_dispatch_kind_calls_the_engine_of_the_kind(engine_package):
     assert dispatch_kind("numpy", engines, 1, 2, c=3) == ("numpy", (1, 2), {"c": 3})
     assert dispatch_kind("generic", engines, "a") == ("generic", ("a",), {})
     assert dispatch_kind("cupy", engines, 5) == ("slow", (5,), {})
+    assert dispatch_kind("torch", engines, "b") == ("generic", ("b",), {})
     with pytest.raises(KeyError):
-        dispatch_kind("torch", engines)
+        dispatch_kind("jax", engines)
 
 
 # ---- cupy_fast_arrays -----------------------------------------------------------------------

@@ -5,7 +5,8 @@ is the op's `Engines` table, built once at import; an op whose operands have no 
 namespace (sparse matrices) names the engine kind itself, with ``dispatch_kind``. An engine
 is a callable or a ``"module:attribute"`` string relative to the op's package; strings are
 imported on first use, so CuPy and Dask (and the op's kernels) load only when an array of
-theirs arrives.
+theirs arrives. PyTorch tensors go to an op's ``torch`` engine: `OWN_ENGINES` serves them with
+the op's own NumPy and CuPy engines (`._torch`); an op without one serves them generically.
 """
 
 import importlib
@@ -18,15 +19,22 @@ from ._typing import Namespace
 
 __all__ = [
     "ENGINE_KINDS",
+    "OWN_ENGINES",
     "Engines",
     "cupy_fast_arrays",
     "dispatch",
     "dispatch_kind",
     "engine_kind",
+    "torch_fast_arrays",
 ]
 
-#: The engine kinds, in the order they are tried: NumPy, CuPy, Dask, any other namespace.
-ENGINE_KINDS = ("numpy", "cupy", "dask", "generic")
+#: The engine kinds, in the order they are tried: NumPy, CuPy, Dask, PyTorch, any other
+#: namespace.
+ENGINE_KINDS = ("numpy", "cupy", "dask", "torch", "generic")
+
+#: The ``torch`` engine that runs an op's own engines on tensors (`._torch.bridge`): its NumPy
+#: engine for CPU tensors and its CuPy engine for CUDA tensors, by DLPack without copies.
+OWN_ENGINES = "own engines"
 
 Engine = Callable[..., Any] | str
 
@@ -36,9 +44,11 @@ _KIND_OF_NAMESPACE: dict[str, str] = {}
 
 
 def engine_kind(xp: Namespace) -> str:
-    """``"numpy"``, ``"cupy"``, ``"dask"`` or ``"generic"``: which engine serves `xp`.
+    """``"numpy"``, ``"cupy"``, ``"dask"``, ``"torch"`` or ``"generic"``: which engine serves
+    `xp`.
 
-    Never imports CuPy or Dask: a namespace of theirs can only exist once they are imported.
+    Never imports CuPy, Dask or PyTorch: a namespace of theirs can only exist once they are
+    imported.
     """
     name = getattr(xp, "__name__", None)
     if name is None:  # array_api_compat tells namespaces apart by name alone
@@ -52,6 +62,8 @@ def engine_kind(xp: Namespace) -> str:
         kind = "cupy"
     elif "dask" in sys.modules and _compat.is_dask_namespace(xp):
         kind = "dask"
+    elif "torch" in sys.modules and _compat.is_torch_namespace(xp):
+        kind = "torch"
     else:
         kind = "generic"
     _KIND_OF_NAMESPACE[name] = kind
@@ -69,18 +81,30 @@ class Engines:
     numpy, cupy, dask, generic : callable or str
         The engine for each kind: a callable, or ``"module:attribute"`` with `module` relative
         to `package` (``"._cupy:logcumsumexp"``), imported on first use.
+    torch : callable or str, optional
+        The engine of PyTorch tensors, as the others, or `OWN_ENGINES` (the op's NumPy and CuPy
+        engines on the tensors' memory, `generic` where they cannot take them). Default:
+        `generic`.
     """
 
     __slots__ = ("_package", "_resolved", "_spec")
 
     def __init__(
-        self, package: str | None, *, numpy: Engine, cupy: Engine, dask: Engine, generic: Engine
+        self,
+        package: str | None,
+        *,
+        numpy: Engine,
+        cupy: Engine,
+        dask: Engine,
+        generic: Engine,
+        torch: Engine | None = None,
     ) -> None:
         self._package = package
         self._spec: dict[str, Engine] = {
             "numpy": numpy,
             "cupy": cupy,
             "dask": dask,
+            "torch": generic if torch is None else torch,
             "generic": generic,
         }
         self._resolved: dict[str, Callable[..., Any]] = {}
@@ -89,7 +113,13 @@ class Engines:
         """The engine of `kind` (one of `ENGINE_KINDS`), imported on first use."""
         engine = self._resolved.get(kind)
         if engine is None:
-            engine = self._load(self._spec[kind])
+            spec = self._spec[kind]
+            if spec == OWN_ENGINES:
+                from . import _torch  # imports neither PyTorch nor CuPy
+
+                engine = _torch.bridge(self)
+            else:
+                engine = self._load(spec)
             self._resolved[kind] = engine
         return engine
 
@@ -145,3 +175,20 @@ def cupy_fast_arrays(*arrays: Any, chars: str, min_ndim: int = 1) -> bool:
         if a.data.device_id != device_id:  # cheaper than comparing ``a.device`` objects
             return False
     return True
+
+
+def torch_fast_arrays(*arrays: Any, chars: str, min_ndim: int = 1) -> bool:
+    """`cupy_fast_arrays` for PyTorch tensors that an op's own engines take (`OWN_ENGINES`).
+
+    That is: PyTorch is imported; each argument is exactly a ``torch.Tensor``, strided, that
+    does not require grad (the autograd binding takes those) and is not wrapped by functorch;
+    all share one dtype whose NumPy ``dtype.char`` is in `chars`; each has at least
+    `min_ndim` dimensions and no zero-length one; all live on one device, the CPU or a CUDA
+    device that CuPy sees (this imports CuPy the first time). As with `cupy_fast_arrays`, a
+    fast path that passes this guard skips none of the contract's validation.
+    """
+    if "torch" not in sys.modules or not arrays:
+        return False
+    from . import _torch
+
+    return _torch.fast_tensors(arrays, chars, min_ndim)

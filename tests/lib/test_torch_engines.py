@@ -1,0 +1,477 @@
+"""PyTorch tensors on xpops' own engines (`xpops._lib._torch`): CPU tensors on the NumPy
+engines, CUDA tensors on the CuPy engines by DLPack, the generic engine for the rest.
+
+The CPU tests compare with the same call on NumPy arrays (the same engine: equal bits); the
+CUDA tests, with the same call on CuPy arrays, and skip without CUDA and CuPy.
+"""
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import xpops
+from xpops._lib import _torch
+from xpops._lib._dispatch import torch_fast_arrays
+
+torch = pytest.importorskip("torch")
+
+DTYPES = ["float32", "float64", "complex64", "complex128"]
+inf, nan = np.inf, np.nan
+
+
+def _data(rng, shape, dtype, special=True):
+    a = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.standard_normal(shape)
+    a = a.astype(dtype)
+    if special and a.size >= 8:
+        flat = a.reshape(-1)
+        flat[[1, 3, 5]] = (-inf, nan, inf)  # the scan's special values
+    return a
+
+
+def _factor(rng, batch, m, dtype):
+    """A lower factor of a well-conditioned matrix, NaN in the unused triangle."""
+    g = rng.standard_normal((*batch, m, m))
+    if np.dtype(dtype).kind == "c":
+        g = g + 1j * rng.standard_normal((*batch, m, m))
+    lower = np.tril(g) / m**0.5
+    i = np.arange(m)
+    lower[..., i, i] = np.abs(lower[..., i, i]) + 1.0
+    lower[..., np.triu(np.ones((m, m), bool), 1)] = nan
+    return lower.astype(dtype)
+
+
+def _same(out, ref, device="cpu"):
+    """`out` is a tensor on `device` with the dtype, shape and bits of the NumPy `ref`."""
+    assert type(out) is torch.Tensor
+    assert out.device == torch.device(device)
+    host = out.cpu().numpy()
+    assert host.dtype == ref.dtype
+    assert host.shape == ref.shape
+    assert np.ascontiguousarray(host).tobytes() == np.ascontiguousarray(ref).tobytes()
+
+
+@pytest.fixture
+def engines_used(monkeypatch):
+    """The kinds of own engine that served tensors in the test ("numpy", "cupy"), in order."""
+    used = []
+    for kind in ("numpy", "cupy"):
+        original = getattr(_torch, f"_on_{kind}")
+
+        def spy(*args, _original=original, _kind=kind):
+            used.append(_kind)
+            return _original(*args)
+
+        monkeypatch.setattr(_torch, f"_on_{kind}", spy)
+    return used
+
+
+# ---- CPU: the NumPy engines --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((1000,), 0), ((1000,), None), ((7, 300), 0), ((7, 300), -1), ((3, 4, 50), 1), ((2, 3), None)],
+)
+@pytest.mark.parametrize(("exclusive", "reverse"), [(False, False), (True, False), (True, True)])
+def test_logcumsumexp_cpu_equals_numpy(dtype, shape, axis, exclusive, reverse, engines_used):
+    a = _data(np.random.default_rng(0), shape, dtype)
+    t = torch.from_numpy(a.copy())
+    kw = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    out = xpops.logcumsumexp(t, **kw)
+    _same(out, xpops.logcumsumexp(a, **kw))
+    assert engines_used == ["numpy"]
+    assert np.array_equal(t.numpy(), a, equal_nan=True)  # input unmodified
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(
+    ("xs", "batch", "m"),
+    [
+        ((5, 6, 2), (5,), 6),  # one batch shape: the fast path
+        ((3, 6, 2), (), 6),  # one factor for three right-hand sides
+        ((6,), (), 6),  # a vector
+        ((2, 40, 3), (2,), 40),  # larger M: the BLAS path
+    ],
+)
+def test_cholesky_solve_cpu_equals_numpy(dtype, upper, xs, batch, m, engines_used):
+    rng = np.random.default_rng(1)
+    y = _factor(rng, batch, m, dtype)
+    if upper:
+        y = np.conj(np.swapaxes(y, -1, -2)).copy()
+    x = _data(rng, xs, dtype, special=False)
+    tx, ty = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+    out = xpops.linalg.cholesky_solve(tx, ty, upper=upper)
+    _same(out, xpops.linalg.cholesky_solve(x, y, upper=upper))
+    assert engines_used == ["numpy"]
+    assert np.array_equal(tx.numpy(), x)
+    assert np.array_equal(ty.numpy(), y, equal_nan=True)
+
+
+def test_non_contiguous_tensors(engines_used):
+    rng = np.random.default_rng(2)
+    t = torch.from_numpy(_data(rng, (40, 30), "float64"))
+    for view in (t.T, t[:, ::3], t[::2].T, t[5].expand(4, 30)):
+        for axis in (0, 1):
+            _same(xpops.logcumsumexp(view, axis=axis), xpops.logcumsumexp(view.numpy(), axis=axis))
+    lower = torch.from_numpy(_factor(rng, (3,), 5, "float64"))
+    x = torch.from_numpy(rng.standard_normal((3, 2, 5)))
+    cases = [
+        (x.mT, lower, False),  # strided right-hand sides
+        (x.mT, lower.mT, True),  # the upper factor as a transposed view
+        (x.mT, lower[:1].expand(3, 5, 5), False),  # a broadcast factor (stride 0), fast path
+        (x[:, :1].mT, lower[0], False),  # one factor, strided right-hand sides
+    ]
+    for rhs, factor, upper in cases:
+        out = xpops.linalg.cholesky_solve(rhs, factor, upper=upper)
+        _same(out, xpops.linalg.cholesky_solve(rhs.numpy(), factor.numpy(), upper=upper))
+    assert set(engines_used) == {"numpy"}
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+def test_zero_size_logcumsumexp(shape):
+    for axis in (0, -1, None):
+        out = xpops.logcumsumexp(torch.zeros(shape, dtype=torch.float64), axis=axis)
+        _same(out, xpops.logcumsumexp(np.zeros(shape), axis=axis))
+
+
+@pytest.mark.parametrize(("xs", "ys"), [((0, 3, 2), (0, 3, 3)), ((3, 0), (3, 3)), ((0,), (0, 0))])
+def test_zero_size_cholesky_solve(xs, ys):
+    out = xpops.linalg.cholesky_solve(torch.zeros(xs), torch.ones(ys))
+    _same(out, xpops.linalg.cholesky_solve(np.zeros(xs, np.float32), np.ones(ys, np.float32)))
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "bool", "float16", "bfloat16"])
+def test_other_dtypes(dtype):
+    """Integer and bool tensors compute in PyTorch's default float (float32), float16 and
+    bfloat16 in float32 rounded once at the end: the float32 results, cast."""
+    torch_dtype = getattr(torch, dtype)
+    t = (torch.arange(24).reshape(4, 6) % 5).to(torch_dtype)
+    out = xpops.logcumsumexp(t, axis=1)
+    expected = xpops.logcumsumexp(t.to(torch.float32), axis=1)
+    out_dtype = torch_dtype if torch_dtype.is_floating_point else torch.float32
+    assert out.dtype == out_dtype
+    assert torch.equal(out, expected.to(out_dtype))
+    factor = torch.eye(6, dtype=torch_dtype) * 2 if dtype != "bool" else torch.eye(6).bool()
+    solved = xpops.linalg.cholesky_solve(t.T, factor)
+    reference = xpops.linalg.cholesky_solve(t.T.float(), factor.float())
+    assert solved.dtype == out_dtype
+    assert torch.equal(solved, reference.to(out_dtype))
+
+
+def test_conjugate_and_negative_views():
+    """Tensors whose conjugate or negative bit is set are read as their values."""
+    rng = np.random.default_rng(3)
+    z = torch.from_numpy(_data(rng, (50,), "complex128", special=False))
+    _same(xpops.logcumsumexp(z.conj()), xpops.logcumsumexp(np.conj(z.numpy())))
+    negative = z.conj().imag
+    assert negative.is_neg()
+    _same(xpops.logcumsumexp(negative), xpops.logcumsumexp(-z.numpy().imag))
+    lower = torch.from_numpy(_factor(rng, (), 4, "complex128"))
+    x = torch.from_numpy(_data(rng, (4, 2), "complex128", special=False))
+    out = xpops.linalg.cholesky_solve(x.conj(), lower.conj())
+    _same(out, xpops.linalg.cholesky_solve(np.conj(x.numpy()), np.conj(lower.numpy())))
+
+
+def test_results_own_their_memory():
+    t = torch.randn(100, dtype=torch.float64)
+    before = t.clone()
+    out = xpops.logcumsumexp(t)
+    out.fill_(7.0)  # a result is writable and shares nothing with the input
+    assert torch.equal(t, before)
+
+
+def test_requires_grad_goes_through_autograd(engines_used):
+    """The autograd binding's forward runs on detached tensors, by the NumPy engine; the
+    gradients match PyTorch's own ops'."""
+    rng = np.random.default_rng(4)
+    a = torch.from_numpy(rng.standard_normal((3, 20))).requires_grad_()
+    b = a.detach().clone().requires_grad_()
+    weights = torch.from_numpy(rng.standard_normal((3, 20)))
+    (xpops.logcumsumexp(a, axis=1) * weights).sum().backward()
+    (torch.logcumsumexp(b, dim=1) * weights).sum().backward()
+    assert "numpy" in engines_used
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+
+    lower = torch.from_numpy(np.tril(_factor(rng, (2,), 5, "float64"))).nan_to_num(0.0)
+    x = torch.from_numpy(rng.standard_normal((2, 5, 3)))
+    ours = [x.clone().requires_grad_(), lower.clone().requires_grad_()]
+    theirs = [x.clone().requires_grad_(), lower.clone().requires_grad_()]
+    xpops.linalg.cholesky_solve(*ours).sum().backward()
+    torch.cholesky_solve(*theirs).sum().backward()
+    torch.testing.assert_close(ours[0].grad, theirs[0].grad, rtol=1e-10, atol=1e-10)
+    # PyTorch's factor gradient covers both triangles; ours is its used (lower) one
+    torch.testing.assert_close(ours[1].grad, torch.tril(theirs[1].grad), rtol=1e-10, atol=1e-10)
+
+
+def test_requires_grad_without_grad_mode(engines_used):
+    t = torch.randn(30, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        out = xpops.logcumsumexp(t)
+    assert out.grad_fn is None
+    assert not out.requires_grad
+    assert engines_used == ["numpy"]
+    _same(out, xpops.logcumsumexp(t.detach().numpy()))
+
+
+def test_tensor_subclasses_take_the_generic_engine(engines_used):
+    class Tagged(torch.Tensor):
+        pass
+
+    a = np.random.default_rng(5).standard_normal(64)
+    out = xpops.logcumsumexp(torch.from_numpy(a).as_subclass(Tagged))
+    assert engines_used == []
+    np.testing.assert_allclose(out.detach().numpy(), xpops.logcumsumexp(a), rtol=1e-13)
+
+
+def test_engine_for():
+    t = torch.ones(3)
+    assert _torch.engine_for([t, 2, None, t + 1]) == ("numpy", -1)
+    assert _torch.engine_for([1, "a"]) == ("generic", -1)  # no tensor
+    assert _torch.engine_for([t, torch.ones(3, dtype=torch.int32)]) == ("generic", -1)
+    assert _torch.engine_for([torch.ones(0)]) == ("generic", -1)
+    assert _torch.engine_for([torch.ones(3, device="meta")]) == ("generic", -1)
+    assert _torch.engine_for([t, torch.ones(3, device="meta")]) == ("generic", -1)
+    assert _torch.engine_for([torch.ones(3, dtype=torch.float16)]) == ("generic", -1)
+    assert _torch.engine_for([torch.nn.Parameter(torch.ones(3))]) == ("numpy", -1)
+    kinds = []
+    torch.func.vmap(lambda row: kinds.append(_torch.engine_for([row])) or row)(torch.ones(2, 3))
+    assert kinds == [("generic", -1)]  # functorch's batched tensors
+
+
+def test_torch_fast_arrays():
+    t = torch.ones(2, 3)
+    assert torch_fast_arrays(t, chars="f")
+    assert torch_fast_arrays(t, t.T, chars="fd", min_ndim=2)
+    assert not torch_fast_arrays(chars="f")
+    assert not torch_fast_arrays(t, chars="d")  # dtype not allowed
+    assert not torch_fast_arrays(t, t.double(), chars="fd")  # two dtypes
+    assert not torch_fast_arrays(t, chars="f", min_ndim=3)
+    assert not torch_fast_arrays(torch.ones(2, 0), chars="f")
+    assert not torch_fast_arrays(t.requires_grad_(), chars="f")
+    assert not torch_fast_arrays(torch.ones(3, device="meta"), chars="f")
+    assert not torch_fast_arrays(np.ones(3, np.float32), chars="f")
+    assert not torch_fast_arrays(
+        t.detach().as_subclass(type("Sub", (torch.Tensor,), {})), chars="f"
+    )
+
+
+# ---- CUDA plumbing, checked on the CPU with a stand-in CuPy -----------------------------------
+
+
+class _FakeArray(np.ndarray):
+    """A stand-in CuPy array: a NumPy array whose DLPack export takes a stream."""
+
+    def __dlpack__(self, *, stream=None, **kwargs):
+        return np.asarray(self).__dlpack__()
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch):
+    """A stand-in CuPy module that records the current device and stream."""
+    state = {"device": None, "stream": None, "log": []}
+
+    class Device:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            state["log"].append(("device", self.index))
+            state["device"] = self.index
+
+        def __exit__(self, *exc):
+            state["device"] = None
+
+    class Stream:
+        null: "Stream"
+
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+        def __enter__(self):
+            assert state["device"] is not None  # entered on the tensors' device
+            state["stream"] = self.ptr
+
+        def __exit__(self, *exc):
+            state["stream"] = None
+
+        @classmethod
+        def from_external(cls, obj):
+            version, ptr = obj.__cuda_stream__()
+            assert version == 0
+            return cls(ptr)
+
+    Stream.null = Stream(0)
+
+    def from_dlpack(tensor):
+        assert state["stream"] is not None
+        return torch.from_dlpack(tensor).numpy().view(_FakeArray)
+
+    cuda = types.SimpleNamespace(Device=Device, Stream=Stream)
+    fake = types.SimpleNamespace(cuda=cuda, from_dlpack=from_dlpack, ndarray=_FakeArray)
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    monkeypatch.setattr(_torch, "_STREAMS", {})
+    return state
+
+
+@pytest.mark.parametrize("ptr", [0, 1234])
+def test_cupy_plumbing(fake_cupy, monkeypatch, ptr):
+    monkeypatch.setattr(_torch, "_raw_stream_getter", lambda: lambda index: ptr)
+    seen = []
+
+    def engine(x, k, *, y):
+        seen.append((fake_cupy["device"], fake_cupy["stream"]))
+        assert type(x) is _FakeArray
+        assert type(y) is _FakeArray
+        return (x * k + y).view(_FakeArray), 7
+
+    x = torch.arange(6.0).reshape(2, 3)
+    y = torch.ones(3, requires_grad=True)  # detached for the export
+    for _ in range(2):
+        out, seven = _torch._on_cupy(engine, 3, (x.T, 2), {"y": y[None].expand(3, 3)[:, :2]})
+        assert type(out) is torch.Tensor
+        assert seven == 7
+        assert torch.equal(out, x.T * 2 + 1)
+    assert seen == [(3, ptr), (3, ptr)]  # the tensors' device, PyTorch's stream
+    assert fake_cupy["device"] is None  # both restored
+    assert fake_cupy["stream"] is None
+    assert len(_torch._STREAMS) == (ptr != 0)  # a stream object made once, the null one never
+
+
+# ---- CUDA: the CuPy engines (skipped without CUDA and CuPy) ------------------------------------
+
+
+@pytest.fixture
+def cuda(cupy_only):
+    """(CuPy, the first CUDA device of PyTorch), or skip."""
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device")
+    if not _torch.CUDA_ROUTE:
+        pytest.skip("the CUDA route is off (xpops._lib._torch.CUDA_ROUTE)")
+    return cupy_only, torch.device("cuda", 0)
+
+
+def _cuda_same(out, ref, device):
+    """`out`, a tensor on `device`, has the dtype and shape of the CuPy array `ref`, its special
+    values and, within a few rounding errors, its values: the scan kernels' look-back may
+    combine a row's tiles in another order from one run to the next."""
+    assert type(out) is torch.Tensor
+    assert out.device == device
+    host, ref = out.cpu().numpy(), ref.get()
+    assert host.dtype == ref.dtype
+    assert host.shape == ref.shape
+    finite = np.isfinite(ref)
+    scale = max(1.0, float(np.abs(ref[finite]).max(initial=0.0)))
+    tol = 64 * np.finfo(ref.dtype).eps
+    np.testing.assert_allclose(host, ref, rtol=tol, atol=tol * scale, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((1 << 16,), 0), ((1000,), None), ((4096, 64), -1), ((64, 4096), 0), ((9, 8, 300), 1)],
+)
+@pytest.mark.parametrize(("exclusive", "reverse"), [(False, False), (True, True)])
+def test_logcumsumexp_cuda_equals_cupy(cuda, dtype, shape, axis, exclusive, reverse, engines_used):
+    cp, device = cuda
+    t = torch.from_numpy(_data(np.random.default_rng(6), shape, dtype)).to(device)
+    kw = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    out = xpops.logcumsumexp(t, **kw)
+    _cuda_same(out, xpops.logcumsumexp(cp.from_dlpack(t), **kw), device)
+    assert engines_used == ["cupy"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(
+    ("xs", "batch", "m"),
+    [((1000, 16, 1), (1000,), 16), ((3, 48, 2), (), 48), ((16,), (), 16), ((2, 80, 3), (2,), 80)],
+)
+def test_cholesky_solve_cuda_equals_cupy(cuda, dtype, upper, xs, batch, m, engines_used):
+    cp, device = cuda
+    rng = np.random.default_rng(7)
+    y = _factor(rng, batch, m, dtype)
+    if upper:
+        y = np.conj(np.swapaxes(y, -1, -2)).copy()
+    tx = torch.from_numpy(_data(rng, xs, dtype, special=False)).to(device)
+    ty = torch.from_numpy(y).to(device)
+    out = xpops.linalg.cholesky_solve(tx, ty, upper=upper)
+    ref = xpops.linalg.cholesky_solve(cp.from_dlpack(tx), cp.from_dlpack(ty), upper=upper)
+    _cuda_same(out, ref, device)
+    assert engines_used == ["cupy"]
+
+
+def test_cuda_non_contiguous_and_other_tensors(cuda, engines_used):
+    cp, device = cuda
+    t = torch.randn(300, 200, dtype=torch.float64, device=device)
+    for view in (t.T, t[:, ::3], t[7].expand(5, 200)):
+        for axis in (0, 1):
+            ref = xpops.logcumsumexp(cp.from_dlpack(view), axis=axis)
+            _cuda_same(xpops.logcumsumexp(view, axis=axis), ref, device)
+    lower = torch.eye(8, dtype=torch.float64, device=device) * 2
+    x = torch.randn(4, 3, 8, dtype=torch.float64, device=device)
+    ref = xpops.linalg.cholesky_solve(cp.from_dlpack(x.mT), cp.from_dlpack(lower.expand(4, 8, 8)))
+    _cuda_same(xpops.linalg.cholesky_solve(x.mT, lower.expand(4, 8, 8)), ref, device)
+    assert set(engines_used) == {"cupy"}
+    # what the CuPy engines do not take runs generically, on the device
+    for other in (torch.zeros(0, 3, device=device), torch.arange(5, device=device)):
+        out = xpops.logcumsumexp(other, axis=0)
+        assert out.device == device
+        assert out.dtype == torch.float32
+    half = torch.randn(64, device=device).half()
+    assert xpops.logcumsumexp(half).dtype == torch.float16
+
+
+def test_cuda_gradients(cuda):
+    _, device = cuda
+    a = torch.randn(3, 50, dtype=torch.float64, device=device, requires_grad=True)
+    b = a.detach().clone().requires_grad_()
+    xpops.logcumsumexp(a, axis=1).sum().backward()
+    torch.logcumsumexp(b, dim=1).sum().backward()
+    torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
+    assert a.grad.device == device
+
+
+def test_cuda_side_stream(cuda):
+    """On a side stream of PyTorch's, the scan queues behind the copy that makes its input
+    (held back by a long sleep on that stream): read on another stream, it would see zeros."""
+    cp, device = cuda
+    data = torch.randn(1 << 20, device=device)
+    expected = xpops.logcumsumexp(data)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))  # `data` is made
+    before = cp.cuda.get_current_stream().ptr
+    with torch.cuda.stream(stream):
+        x = torch.zeros_like(data)
+        torch.cuda._sleep(100_000_000)  # about 0.1 s of GPU cycles
+        x.copy_(data)
+        out = xpops.logcumsumexp(x)
+        solved = xpops.linalg.cholesky_solve(x[:64].reshape(4, 16, 1), torch.eye(16, device=device))
+    stream.synchronize()
+    assert cp.cuda.get_current_stream().ptr == before  # CuPy's stream restored
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(solved.reshape(-1), data[:64])
+
+
+def test_cuda_second_device(cuda, engines_used):
+    cp, _ = cuda
+    if torch.cuda.device_count() < 2:
+        pytest.skip("one CUDA device")
+    device = torch.device("cuda", 1)
+    t = torch.randn(5000, 30, dtype=torch.float64, device=device)
+    with torch.cuda.device(0):  # the current device is another one
+        out = xpops.logcumsumexp(t, axis=0)
+        lower = torch.eye(30, dtype=torch.float64, device=device) * 3
+        solved = xpops.linalg.cholesky_solve(t[:30], lower)
+        assert torch.cuda.current_device() == 0  # left as it was
+    with cp.cuda.Device(1):
+        ref = xpops.logcumsumexp(cp.from_dlpack(t), axis=0)
+        ref_solved = xpops.linalg.cholesky_solve(cp.from_dlpack(t[:30]), cp.from_dlpack(lower))
+    _cuda_same(out, ref, device)
+    _cuda_same(solved, ref_solved, device)
+    assert engines_used == ["cupy", "cupy"]

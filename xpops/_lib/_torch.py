@@ -1,0 +1,262 @@
+"""PyTorch tensors on xpops' own engines: the ``torch`` engine of tables that name
+`._dispatch.OWN_ENGINES`.
+
+CPU tensors run the op's NumPy engine on NumPy views of their memory (``numpy.from_dlpack``),
+CUDA tensors the op's CuPy engine on CuPy views (``cupy.from_dlpack``), and the result comes
+back by DLPack: nothing is copied either way. On CUDA the engine runs on the tensors' device
+with PyTorch's current stream of that device as CuPy's current stream, so its kernels queue
+behind the work that produced the tensors and ahead of the work that uses the result, as a
+PyTorch op's would: no stream waits on another, nothing synchronizes the host.
+
+The op's generic engine takes what ours cannot: dtypes other than float32, float64,
+complex64 and complex128 (the contracts cast to one of them first), zero-size tensors,
+other devices (meta, MPS, XLA; ROCm builds), CUDA without a working CuPy or on a device it
+does not see, tensor subclasses and functorch's wrapped tensors (``vmap``, ``grad``).
+
+Importing this module imports neither PyTorch (imported once a tensor exists) nor CuPy
+(imported on the first CUDA tensor).
+"""
+
+import functools
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from . import _compat
+
+__all__ = ["bridge", "engine_for", "fast_tensors"]
+
+# The dtypes every own engine takes, by NumPy's ``dtype.char``.
+_DTYPES = {"f": "float32", "d": "float64", "F": "complex64", "D": "complex128"}
+# The CUDA route: off. On the GPU machine (torch 2.11, CuPy 14.2, an H100) handing the CuPy
+# engine's result back by torch.from_dlpack aborted the process; until that is understood,
+# CUDA tensors take the generic engine, as they do without CuPy.
+CUDA_ROUTE = False
+_MAX_STREAMS = 64  # CuPy stream objects kept for PyTorch's streams, by (device, pointer)
+_STREAMS: dict[tuple[int, int], Any] = {}
+
+
+def bridge(engines: Any) -> Callable[..., Any]:
+    """The ``torch`` engine of `engines` (an `Engines` table): its NumPy engine for CPU tensors,
+    its CuPy engine for CUDA tensors, its generic engine for the rest (see the module
+    docstring). It takes the arguments of the table's engines; tensors among the positional
+    and keyword arguments are handed over, an ``xp`` keyword becomes the engine's namespace."""
+
+    def engine(*args: Any, **kwargs: Any) -> Any:
+        kind, index = engine_for((*args, *kwargs.values()))
+        if kind == "numpy":
+            return _on_numpy(engines["numpy"], args, kwargs)
+        if kind == "cupy":
+            return _on_cupy(engines["cupy"], index, args, kwargs)
+        return engines["generic"](*args, **kwargs)
+
+    return engine
+
+
+@functools.cache
+def _torch_parts() -> tuple[Any, tuple[type, ...], frozenset[Any], Callable[[Any], bool]]:
+    """(torch, the tensor types taken, the dtypes taken, whether a tensor is functorch's
+    wrapper), looked up once."""
+    torch = sys.modules["torch"]
+    types = (torch.Tensor, torch.nn.Parameter)
+    dtypes = _dtypes("".join(_DTYPES))
+    functorch = getattr(torch._C, "_functorch", None)
+    wrapped = getattr(functorch, "is_functorch_wrapped_tensor", None)
+    return torch, types, dtypes, wrapped if wrapped is not None else (lambda t: False)
+
+
+@functools.cache
+def _dtypes(chars: str) -> frozenset[Any]:
+    """PyTorch's dtypes of the NumPy ``dtype.char`` letters `chars` (those of `_DTYPES`)."""
+    torch = sys.modules["torch"]
+    return frozenset(getattr(torch, _DTYPES[c]) for c in chars if c in _DTYPES)
+
+
+def fast_tensors(arrays: tuple[Any, ...], chars: str, min_ndim: int) -> bool:
+    """`._dispatch.torch_fast_arrays` (whose docstring says what is checked), PyTorch imported
+    and `arrays` not empty."""
+    torch, _, _, wrapped = _torch_parts()
+    tensor = torch.Tensor
+    first = arrays[0]
+    if type(first) is not tensor or first.dtype not in _dtypes(chars):
+        return False
+    dtype, device = first.dtype, first.device
+    for a in arrays:
+        if (
+            type(a) is not tensor
+            or a.dtype != dtype
+            or a.requires_grad
+            or a.ndim < min_ndim
+            or 0 in a.shape
+            or a.layout != torch.strided
+            or a.device != device
+            or wrapped(a)
+        ):
+            return False
+    if device.type == "cpu":
+        return True
+    return device.type == "cuda" and device.index is not None and device.index < _cupy_devices()
+
+
+def engine_for(values: Iterable[Any]) -> tuple[str, int]:
+    """``("numpy", -1)``, ``("cupy", device index)`` or ``("generic", -1)``: which of an op's
+    engines takes the tensors among `values` (other values are not looked at)."""
+    torch, types, dtypes, wrapped = _torch_parts()
+    device = None
+    for v in values:
+        if not isinstance(v, torch.Tensor):
+            continue
+        if (
+            type(v) not in types
+            or v.dtype not in dtypes
+            or v.layout != torch.strided
+            or v.numel() == 0
+            or wrapped(v)
+        ):
+            return "generic", -1
+        if device is None:
+            device = v.device
+        elif v.device != device:
+            return "generic", -1
+    if device is None:
+        return "generic", -1
+    if device.type == "cpu":
+        return "numpy", -1
+    if device.type == "cuda" and device.index is not None and device.index < _cupy_devices():
+        return "cupy", device.index
+    return "generic", -1
+
+
+@functools.cache
+def _cupy_devices() -> int:
+    """How many CUDA devices CuPy sees: 0 without a working CuPy or on ROCm (imports CuPy)."""
+    torch = sys.modules["torch"]
+    if not CUDA_ROUTE or getattr(torch.version, "hip", None) is not None:
+        return 0
+    try:
+        import cupy
+
+        if getattr(cupy.cuda.runtime, "is_hip", False):
+            return 0
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # ImportError, or a broken CUDA install raising something else
+        return 0
+
+
+def _exportable(t: Any) -> Any:
+    """`t` as DLPack exports it: detached (the engines' forward is not recorded; the autograd
+    binding records it), the conjugate and negative bits applied (copies only where set)."""
+    if t.requires_grad:
+        t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t
+
+
+def _convert(
+    args: tuple[Any, ...], kwargs: dict[str, Any], view: Callable[[Any], Any], library: str
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """`args` and `kwargs` with each tensor replaced by `view` of it and ``xp`` by the
+    array-API namespace of `library`."""
+    tensor = sys.modules["torch"].Tensor
+    new_args = tuple(view(a) if isinstance(a, tensor) else a for a in args)
+    new_kwargs = {k: view(v) if isinstance(v, tensor) else v for k, v in kwargs.items()}
+    if "xp" in new_kwargs:
+        new_kwargs["xp"] = _compat.wrapped_namespace(library)
+    return new_args, new_kwargs
+
+
+# ---- CPU: the NumPy engine -------------------------------------------------------------------
+
+
+def _numpy_view(t: Any) -> Any:
+    import numpy as np
+
+    return np.from_dlpack(_exportable(t))
+
+
+def _from_numpy(out: Any) -> Any:
+    """The engine's result as tensors: NumPy arrays by DLPack (a read-only array, which
+    DLPack does not export, copied first), tuples item by item, anything else as it is."""
+    import numpy as np
+
+    if isinstance(out, tuple):
+        return tuple(_from_numpy(o) for o in out)
+    if not isinstance(out, np.ndarray):
+        return out
+    if not out.flags.writeable:
+        out = out.copy()
+    return sys.modules["torch"].from_dlpack(out)
+
+
+def _on_numpy(engine: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    args, kwargs = _convert(args, kwargs, _numpy_view, "numpy")
+    return _from_numpy(engine(*args, **kwargs))
+
+
+# ---- CUDA: the CuPy engine on PyTorch's current stream -----------------------------------------
+
+
+class _StreamPointer:
+    """A raw CUDA stream pointer under the CUDA stream protocol (``__cuda_stream__``)."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.ptr
+
+
+@functools.cache
+def _raw_stream_getter() -> Callable[[int], int]:
+    """The pointer of PyTorch's current stream on a device: ``torch._C``'s raw getter where
+    PyTorch has it (a few microseconds less a call), else through ``torch.cuda``."""
+    torch = sys.modules["torch"]
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw
+    return lambda index: int(torch.cuda.current_stream(index).cuda_stream)
+
+
+def _cupy_stream(cupy: Any, index: int) -> Any:
+    """CuPy's stream object for PyTorch's current stream on device `index`."""
+    ptr = int(_raw_stream_getter()(index))
+    if ptr == 0:  # PyTorch's default stream is the legacy default stream, CuPy's null stream
+        return cupy.cuda.Stream.null
+    key = (index, ptr)
+    stream = _STREAMS.get(key)
+    if stream is None:
+        if len(_STREAMS) >= _MAX_STREAMS:
+            _STREAMS.clear()
+        from_external = getattr(cupy.cuda.Stream, "from_external", None)
+        if from_external is not None:
+            stream = from_external(_StreamPointer(ptr))
+        else:  # CuPy before 14
+            stream = cupy.cuda.ExternalStream(ptr, index)
+        _STREAMS[key] = stream
+    return stream
+
+
+def _from_cupy(out: Any) -> Any:
+    """The engine's result as tensors: CuPy arrays by the DLPack protocol (producer and
+    consumer share PyTorch's current stream, so it orders nothing), tuples item by item,
+    anything else as it is."""
+    cupy = sys.modules["cupy"]
+    if isinstance(out, tuple):
+        return tuple(_from_cupy(o) for o in out)
+    if not isinstance(out, cupy.ndarray):
+        return out
+    return sys.modules["torch"].from_dlpack(out)
+
+
+def _on_cupy(
+    engine: Callable[..., Any], index: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    cupy = sys.modules["cupy"]  # imported by `_cupy_devices`
+    with cupy.cuda.Device(index), _cupy_stream(cupy, index):
+        args, kwargs = _convert(args, kwargs, lambda t: cupy.from_dlpack(_exportable(t)), "cupy")
+        return _from_cupy(engine(*args, **kwargs))
