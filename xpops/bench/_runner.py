@@ -22,6 +22,10 @@ _REGISTRY = {
     "MultivariateNormal.log_prob": "distributions",
     "MultivariateNormal.sample": "distributions",
     "MultivariateNormal.cdf": "distributions",
+    "logcumsumexp backward": "gradients",
+    "cholesky_solve backward": "gradients",
+    "sparse.divide backward": "gradients",
+    "MultivariateNormal.log_prob backward": "gradients",
 }
 
 

@@ -23,7 +23,7 @@ CPU_CASES = [(20_000, 400_000, "float64"), (20_000, 400_000, "float32")]
 CPU_DEFAULT_CASES = [(5_000, 100_000, "float64")]
 
 
-def _operands_gpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
+def operands_gpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
     import cupy
     import cupyx.scipy.sparse as csp
 
@@ -40,7 +40,7 @@ def _operands_gpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
     return out[0], out[1]
 
 
-def _operands_cpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
+def operands_cpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
     import numpy as np
     import scipy.sparse as sp
 
@@ -77,10 +77,10 @@ def cases(backend: str, full: bool = False) -> list[Case]:
     chosen = GPU_CASES if backend == "cupy" else CPU_DEFAULT_CASES + (CPU_CASES if full else [])
     for n, nnz, dtype in chosen:
         if backend == "cupy":
-            x, y = _operands_gpu(n, nnz, dtype)
+            x, y = operands_gpu(n, nnz, dtype)
             lib = "cupyx"
         else:
-            x, y = _operands_cpu(n, nnz, dtype)
+            x, y = operands_cpu(n, nnz, dtype)
             lib = "scipy"
         union = xpops.sparse.divide(x, y).nnz
         itemsize = 4 if dtype == "float32" else 8
