@@ -689,3 +689,14 @@ def test_torch_cdf_routing():
     out.backward()
     phi, big_phi = np.exp(-0.5) / np.sqrt(2 * np.pi), 0.8413447460685429
     np.testing.assert_allclose(to_numpy(loc.grad), [-phi * big_phi] * 2, rtol=1e-6)
+
+
+def test_rsample_sample_shape_is_another_name_of_shape():
+    d = MultivariateNormal(np.zeros(2), scale_tril=np.array([[1.0, 0.0], [0.5, 2.0]]))
+    a, pull_a = xpops.vjp(MultivariateNormal.rsample, d, sample_shape=(3,), rng=0)
+    b, pull_b = xpops.vjp(MultivariateNormal.rsample, d, shape=(3,), rng=0)
+    np.testing.assert_array_equal(a, b)
+    g = np.arange(6.0).reshape(3, 2)
+    np.testing.assert_array_equal(pull_a(g)[0]["scale_tril"], pull_b(g)[0]["scale_tril"])
+    with pytest.raises(TypeError, match="not both"):
+        xpops.vjp(MultivariateNormal.rsample, d, shape=(3,), sample_shape=(3,), rng=0)

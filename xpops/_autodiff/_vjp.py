@@ -39,8 +39,8 @@ def vjp(fun: Callable[..., Any], /, *primals: Any, **kwargs: Any) -> tuple[Any, 
     Modelled on ``jax.vjp``: ``out, pullback = xpops.vjp(fun, *primals, **kwargs)``, then
     ``pullback(cotangent)`` returns a tuple with one cotangent per primal, of the primal's
     shape, dtype, namespace and device. The positional `primals` are differentiated; the
-    keyword arguments (``axis``, ``exclusive``, ``upper``, ``sample_shape``, ``rng``, ...)
-    are passed to `fun` and not differentiated.
+    keyword arguments (``axis``, ``exclusive``, ``upper``, ``shape`` or ``sample_shape``,
+    ``rng``, ...) are passed to `fun` and not differentiated.
 
     Parameters
     ----------
@@ -108,10 +108,10 @@ def vjp(fun: Callable[..., Any], /, *primals: Any, **kwargs: Any) -> tuple[Any, 
         shape = getattr(cotangent, "shape", None)
         if shape is None:
             got = _name(type(cotangent))
-            msg = f"the cotangent must be an array of shape {out_shape}, got {got}"
+            msg = f"`cotangent` must be an array of shape {out_shape}, got {got}"
             raise TypeError(msg)
         if tuple(shape) != out_shape:
-            msg = f"the cotangent must have the shape of the output {out_shape}, got {tuple(shape)}"
+            msg = f"`cotangent` must have the shape of the output {out_shape}, got {tuple(shape)}"
             raise ValueError(msg)
         return rule.backward(residuals, cotangent, **kwargs)
 

@@ -28,9 +28,9 @@ __all__ = ["bridge", "engine_for", "fast_tensors"]
 
 # The dtypes every own engine takes, by NumPy's ``dtype.char``.
 _DTYPES = {"f": "float32", "d": "float64", "F": "complex64", "D": "complex128"}
-# The CUDA route: off. On the GPU machine (torch 2.11, CuPy 14.2, an H100) handing the CuPy
-# engine's result back by torch.from_dlpack aborted the process; until that is understood,
-# CUDA tensors take the generic engine, as they do without CuPy.
+# The CUDA route (the CuPy engine on PyTorch's stream) is off: with torch 2.11 and CuPy 14.2
+# torch.from_dlpack of the engine's result can abort the process. CUDA tensors take the
+# generic engine, as they do without CuPy.
 CUDA_ROUTE = False
 _MAX_STREAMS = 64  # CuPy stream objects kept for PyTorch's streams, by (device, pointer)
 _STREAMS: dict[tuple[int, int], Any] = {}
@@ -184,6 +184,8 @@ def _from_numpy(out: Any) -> Any:
 
     if isinstance(out, tuple):
         return tuple(_from_numpy(o) for o in out)
+    if isinstance(out, np.generic):  # a NumPy scalar: a 0-d tensor, as arrays give
+        out = np.asarray(out)
     if not isinstance(out, np.ndarray):
         return out
     if not out.flags.writeable:

@@ -21,7 +21,8 @@ from .._autodiff._rule import Rule
 from .._lib import _compat
 from .._lib._dtypes import is_dtype
 from .._lib._typing import Array, Namespace
-from ._common import is_array, result, sample_shape, shape_of
+from ._common import is_array, result, shape_of
+from ._common import sample_shape as checked_shape
 from ._grads import (
     entropy_factor,
     kl_grads,
@@ -196,12 +197,19 @@ def _rsample_forward(
     dist: Any = None,
     shape: Any = (),
     rng: Any = None,
+    sample_shape: Any = None,
 ) -> tuple[Array, tuple[Any, ...]]:
     """The draw of ``rsample(shape, rng=rng)`` (its engine, its normals) and its standard
     normals ``eps``: recovered as ``L^-1 (x - loc)`` where the fused CuPy kernels drew them
-    on the device."""
+    on the device. `sample_shape` is another name of `shape` (``jax.vjp``'s and
+    torch.distributions' word)."""
+    if sample_shape is not None:
+        if shape != ():
+            msg = "give `shape` or `sample_shape`, not both"
+            raise TypeError(msg)
+        shape = sample_shape
     d = _distribution(loc, matrix, parameter, validate_args, dist)
-    x, eps = d._draw(sample_shape(shape), rng)
+    x, eps = d._draw(checked_shape(shape), rng)
     if eps is None:
         eps = solve(d._xp, d._tril, (x - d._loc)[..., None])[..., 0]
     return x, (loc, matrix, d._tril, eps)
