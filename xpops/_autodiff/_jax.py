@@ -102,31 +102,38 @@ def apply(
     dynamic = tuple(k for k, v in kwargs.items() if isinstance(v, jax.Array))
     static = tuple((k, v) for k, v in kwargs.items() if k not in dynamic)
     try:
-        fun = _CACHE.get((rule, _key(static), dynamic, len(primals), compile))
+        keyed = _key(static)
     except TypeError:  # an unhashable keyword argument: built for this call
         fun = _build(rule, static, dynamic, len(primals), compile)
     else:
-        if fun is None:
-            fun = _build(rule, static, dynamic, len(primals), compile)
-            if len(_CACHE) >= _CACHE_SIZE:
-                _CACHE.pop(next(iter(_CACHE)))
-            _CACHE[(rule, _key(static), dynamic, len(primals), compile)] = fun
+        fun = _cached_build(rule, keyed, dynamic, len(primals), compile)
     return fun(*primals, *(kwargs[k] for k in dynamic))
 
 
-# The custom_vjp of each rule and static keyword arguments, oldest first.
-_CACHE: dict[Any, Callable[..., Any]] = {}
-_CACHE_SIZE = 256
+@functools.lru_cache(maxsize=256)
+def _cached_build(
+    spec: str, keyed: Any, dynamic: tuple[str, ...], n: int, jit: bool
+) -> Callable[..., Any]:
+    """`_build` once per rule and typed static keyword arguments (`_key`)."""
+    return _build(spec, _unkey(keyed), dynamic, n, jit)
 
 
 def _key(value: Any) -> Any:
     """`value` with the type of each of its parts: ``1``, ``1.0`` and ``True`` are equal in
     Python, but not as keyword arguments (``axis=True`` must be refused, not served by the
     function of ``axis=1``). ``TypeError`` for an unhashable value."""
-    if isinstance(value, tuple | list):
+    if type(value) in (tuple, list):
         return type(value), tuple(_key(v) for v in value)
     hash(value)
     return type(value), value
+
+
+def _unkey(keyed: Any) -> Any:
+    """The value that `_key` made `keyed` from."""
+    kind, value = keyed
+    if kind is tuple or kind is list:
+        return kind(_unkey(v) for v in value)
+    return value
 
 
 def _build(
