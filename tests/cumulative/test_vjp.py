@@ -403,7 +403,7 @@ def test_cotangent_errors(xp):
 
 def test_cotangent_not_an_array():
     _, pullback = xpops.vjp(xpops.logcumsumexp, np.zeros(2))
-    with pytest.raises(TypeError, match="cotangent must be an array"):
+    with pytest.raises(TypeError, match="`cotangent` must be an array"):
         pullback([1.0, 2.0])
 
 

@@ -477,7 +477,7 @@ def test_cotangent_shape_and_type():
     _, pullback = _numpy_pullback()
     with pytest.raises(ValueError, match="shape of the output"):
         pullback(np.ones((2, 2)))
-    with pytest.raises(TypeError, match="cotangent must be an array"):
+    with pytest.raises(TypeError, match="`cotangent` must be an array"):
         pullback([[1.0], [1.0]])
 
 
