@@ -60,7 +60,10 @@ def _distribution(
     if dist is None:
         dist = MultivariateNormal(loc, validate_args=validate_args, **{parameter: matrix})
     if dist._dask:
-        msg = "the gradients of MultivariateNormal do not take Dask parameters"
+        msg = (
+            "the gradients of MultivariateNormal do not take Dask parameters, got Dask "
+            f"`loc` or `{dist._given[0]}`"
+        )
         raise NotImplementedError(msg)
     return dist
 
