@@ -103,36 +103,30 @@ def _value_of(dist: MultivariateNormal, value: Any) -> tuple[Array, Array]:
 # ---- log_prob and prob ------------------------------------------------------------------
 
 
-def _log_prob_forward(
-    loc: Any,
-    matrix: Any,
-    value: Any,
-    *,
-    parameter: str,
-    validate_args: bool = True,
-    dist: Any = None,
-) -> tuple[Array, tuple[Any, ...]]:
-    d = _distribution(loc, matrix, parameter, validate_args, dist)
-    _no_dask(value)
-    out = d.log_prob(value)
-    v, primal = _value_of(d, value)
-    return out, (loc, matrix, primal, d._loc, d._tril, v, None)
+def _density_forward(prob: bool) -> Any:
+    """The forward of log_prob (`prob` False) or prob: the result and the residuals of
+    `_log_prob_backward` (prob's result too, the factor of its chain rule)."""
+
+    def forward(
+        loc: Any,
+        matrix: Any,
+        value: Any,
+        *,
+        parameter: str,
+        validate_args: bool = True,
+        dist: Any = None,
+    ) -> tuple[Array, tuple[Any, ...]]:
+        d = _distribution(loc, matrix, parameter, validate_args, dist)
+        _no_dask(value)
+        out = d.prob(value) if prob else d.log_prob(value)
+        v, primal = _value_of(d, value)
+        return out, (loc, matrix, primal, d._loc, d._tril, v, out if prob else None)
+
+    return forward
 
 
-def _prob_forward(
-    loc: Any,
-    matrix: Any,
-    value: Any,
-    *,
-    parameter: str,
-    validate_args: bool = True,
-    dist: Any = None,
-) -> tuple[Array, tuple[Any, ...]]:
-    d = _distribution(loc, matrix, parameter, validate_args, dist)
-    _no_dask(value)
-    out = d.prob(value)
-    v, primal = _value_of(d, value)
-    return out, (loc, matrix, primal, d._loc, d._tril, v, out)
+_log_prob_forward = _density_forward(prob=False)
+_prob_forward = _density_forward(prob=True)
 
 
 def _log_prob_backward(
