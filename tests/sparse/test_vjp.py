@@ -7,6 +7,7 @@ conj(out / Y)`` at y's), and central finite differences of the real loss
 (real and imaginary parts), computed densely from the operands' own stored entries.
 """
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -715,3 +716,38 @@ def test_dask_operands_refused(scipy_only):
     x = da.from_array(sp.csr_array(np.eye(4)), chunks=2, asarray=False)
     with pytest.raises(NotImplementedError, match="Dask"):
         xpops.vjp(xpops.sparse.divide, x, 2.0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "complex128"])
+def test_summed_repeated_positions(lib, dtype):
+    """The sums at repeated positions as the GPU takes them (atomic adds; run on the host
+    too): IEEE sums in order, -0.0 only where every term is -0.0, float32 subnormals kept, +0
+    where a position has no terms, the last slot (the dropped values) left out."""
+    from xpops.sparse._vjp import _device_summed
+
+    tiny = float(np.finfo(np.float32).smallest_subnormal)
+    # positions: 0 all -0.0; 1 -0.0 and +0.0; 2 subnormals; 3 NaN and -0.0; 4 nothing;
+    # 5 a lone -0.0; 6 = n, dropped
+    at = np.array([0, 0, 1, 1, 2, 2, 3, 3, 5, 6, 6])
+    vals = np.array([-0.0, -0.0, -0.0, 0.0, 3 * tiny, tiny, nan, -0.0, -0.0, 1.0, -0.0])
+    dtype = np.dtype(dtype)
+    if dtype.kind == "c":
+        vals = np.stack([vals, vals[::-1]], axis=-1).view(np.complex128)[:, 0]  # no NaN spread
+    n = 6
+    xp = lib.xp
+    got = lib.host(_device_summed(xp, n, xp.asarray(at), xp.asarray(vals.astype(dtype)), dtype))
+    # the reference: each real part summed left to right in float64, one rounding
+    parts = vals.astype(np.complex128).view(np.float64).reshape(vals.size, 2)
+    want = np.zeros((n, 2))
+    for p in range(n):
+        for k in range(2):
+            terms = parts[at == p, k]
+            if terms.size:
+                want[p, k] = functools.reduce(lambda a, b: a + b, terms)
+    want = (want.view(np.complex128)[:, 0] if dtype.kind == "c" else want[:, 0]).astype(dtype)
+    assert got.dtype == dtype
+    assert got.shape == (n,)
+    np.testing.assert_array_equal(got, want)
+    real = got.real.dtype
+    np.testing.assert_array_equal(np.signbit(got.view(real)), np.signbit(want.view(real)))
+    assert got[2].real == 4 * tiny  # not flushed to zero, in every dtype

@@ -28,10 +28,6 @@ __all__ = ["bridge", "engine_for", "fast_tensors"]
 
 # The dtypes every own engine takes, by NumPy's ``dtype.char``.
 _DTYPES = {"f": "float32", "d": "float64", "F": "complex64", "D": "complex128"}
-# The CUDA route (the CuPy engine on PyTorch's stream) is off: with torch 2.11 and CuPy 14.2
-# torch.from_dlpack of the engine's result can abort the process. CUDA tensors take the
-# generic engine, as they do without CuPy.
-CUDA_ROUTE = False
 _MAX_STREAMS = 64  # CuPy stream objects kept for PyTorch's streams, by (device, pointer)
 _STREAMS: dict[tuple[int, int], Any] = {}
 
@@ -131,7 +127,7 @@ def engine_for(values: Iterable[Any]) -> tuple[str, int]:
 def _cupy_devices() -> int:
     """How many CUDA devices CuPy sees: 0 without a working CuPy or on ROCm (imports CuPy)."""
     torch = sys.modules["torch"]
-    if not CUDA_ROUTE or getattr(torch.version, "hip", None) is not None:
+    if getattr(torch.version, "hip", None) is not None:
         return 0
     try:
         import cupy
@@ -177,9 +173,17 @@ def _numpy_view(t: Any) -> Any:
     return np.from_dlpack(_exportable(t))
 
 
+def _negative_strides(a: Any) -> bool:
+    """Whether the NumPy or CuPy array `a` steps backwards along an axis (a flipped view).
+    PyTorch has no negative strides, and its ``from_dlpack`` aborts the process on them
+    rather than raising, so such a result is copied before it is handed over."""
+    return any(s < 0 for s in a.strides)
+
+
 def _from_numpy(out: Any) -> Any:
     """The engine's result as tensors: NumPy arrays by DLPack (a read-only array, which
-    DLPack does not export, copied first), tuples item by item, anything else as it is."""
+    DLPack does not export, or a flipped view, which PyTorch cannot hold, copied first),
+    tuples item by item, anything else as it is."""
     import numpy as np
 
     if isinstance(out, tuple):
@@ -188,7 +192,7 @@ def _from_numpy(out: Any) -> Any:
         out = np.asarray(out)
     if not isinstance(out, np.ndarray):
         return out
-    if not out.flags.writeable:
+    if not out.flags.writeable or _negative_strides(out):
         out = out.copy()
     return sys.modules["torch"].from_dlpack(out)
 
@@ -245,13 +249,15 @@ def _cupy_stream(cupy: Any, index: int) -> Any:
 
 def _from_cupy(out: Any) -> Any:
     """The engine's result as tensors: CuPy arrays by the DLPack protocol (producer and
-    consumer share PyTorch's current stream, so it orders nothing), tuples item by item,
-    anything else as it is."""
+    consumer share PyTorch's current stream, so it orders nothing; a flipped view is copied
+    first, on that stream), tuples item by item, anything else as it is."""
     cupy = sys.modules["cupy"]
     if isinstance(out, tuple):
         return tuple(_from_cupy(o) for o in out)
     if not isinstance(out, cupy.ndarray):
         return out
+    if _negative_strides(out):
+        out = out.copy()
     return sys.modules["torch"].from_dlpack(out)
 
 

@@ -28,8 +28,9 @@ and device.
 Algorithm: every value is looked up on `out`'s pattern, which is canonical (sorted, no
 duplicates). The stored positions of an operand and of a sparse `dout` are turned into
 row-major linear keys (int64) and found among `out`'s keys by binary search
-(``searchsorted``); their values are summed there by a scatter-add that starts from -0.0 at
-stored positions (so a lone -0.0 keeps its sign, as in the forward) and from +0 elsewhere.
+(``searchsorted``); their values are summed there: on the host by a scatter-add that starts
+from -0.0 at stored positions (so a lone -0.0 keeps its sign, as in the forward) and from +0
+elsewhere, on the GPU by atomic adds in float64 with the signs of zero sums restored.
 A dense `dout` is gathered at `out`'s coordinates. The same code runs on NumPy and CuPy,
 without Python loops and, on the GPU, without host synchronisation.
 """
@@ -220,16 +221,6 @@ def _at(a: Any, at: Any) -> Any:
     return a if at is None else a[at]
 
 
-def _scatter_add(xp: ModuleType, acc: Any, at: Any, values: Any) -> None:
-    """``acc[at] += values`` with repeated positions all added (``numpy.add.at``)."""
-    if xp is not np and acc.dtype.kind == "c":
-        # CuPy's atomic add has no complex: the real and imaginary parts as pairs
-        real = acc.real.dtype
-        acc = acc.view(real).reshape(-1, 2)
-        values = xp.ascontiguousarray(values).view(real).reshape(-1, 2)
-    xp.add.at(acc, at, values)
-
-
 def _summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype, unique: bool) -> Any:
     """Length n: `values` summed at positions `at` (in 0..n, where n collects the values to
     drop; None: at their own index), +0 where nothing is stored; `unique`: no two entries
@@ -237,14 +228,40 @@ def _summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype, uniqu
     values = values.astype(dtype, copy=False)
     if at is None:
         return values
-    acc = xp.zeros(n + 1, dtype=dtype)
     if unique:
+        acc = xp.zeros(n + 1, dtype=dtype)
         acc[at] = values
         return acc[:n]
+    if xp is not np:
+        return _device_summed(xp, n, at, values, dtype)
+    acc = np.zeros(n + 1, dtype=dtype)
     # -0.0 is the identity of IEEE addition: a lone stored -0.0 keeps its sign
     acc[at] = -0.0 if dtype.kind != "c" else complex(-0.0, -0.0)
-    _scatter_add(xp, acc, at, values)
+    np.add.at(acc, at, values)
     return acc[:n]
+
+
+def _device_summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype) -> Any:
+    """`_summed` of repeated positions on the GPU, by atomic adds. Those have no complex
+    dtype (real and imaginary parts are added as pairs), flush float32 subnormals to zero
+    (so the sums are taken in float64 and rounded once) and do not keep the sign of a zero
+    sum of -0.0 terms. IEEE addition gives -0.0 exactly where a position has terms and all
+    of them are -0.0: those positions are found by two scatters without atomics (every
+    write of one scatter stores the same value) and set."""
+    real = np.dtype(dtype.type(0).real.dtype)
+    parts = xp.ascontiguousarray(values).view(real).reshape(values.shape[0], -1)
+    wide = xp.zeros((n + 1, parts.shape[1]), dtype=np.float64)
+    xp.add.at(wide, at, parts.astype(np.float64))
+    negative_zero = xp.zeros(wide.shape, dtype=bool)
+    negative_zero[at] = True  # the positions with terms
+    for part in range(parts.shape[1]):
+        p = parts[:, part]
+        plain = (p != 0) | ~xp.signbit(p)  # NaN included
+        negative_zero[xp.where(plain, at, n), part] = False
+    sums = xp.ascontiguousarray(xp.where(negative_zero, -0.0, wide).astype(real))
+    if dtype.kind == "c":
+        sums = sums.view(dtype)
+    return sums.reshape(-1)[:n]
 
 
 def _canonical(kind: str, a: Any) -> bool:
