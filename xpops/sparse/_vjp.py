@@ -249,12 +249,13 @@ def _device_summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype
     of them are -0.0: those positions are found by two scatters without atomics (every
     write of one scatter stores the same value) and set."""
     real = np.dtype(dtype.type(0).real.dtype)
-    parts = xp.ascontiguousarray(values).view(real).reshape(values.shape[0], -1)
-    wide = xp.zeros((n + 1, parts.shape[1]), dtype=np.float64)
+    k = 2 if dtype.kind == "c" else 1
+    parts = xp.ascontiguousarray(values).view(real).reshape(values.shape[0], k)
+    wide = xp.zeros((n + 1, k), dtype=np.float64)
     xp.add.at(wide, at, parts.astype(np.float64))
     negative_zero = xp.zeros(wide.shape, dtype=bool)
     negative_zero[at] = True  # the positions with terms
-    for part in range(parts.shape[1]):
+    for part in range(k):
         p = parts[:, part]
         plain = (p != 0) | ~xp.signbit(p)  # NaN included
         negative_zero[xp.where(plain, at, n), part] = False
