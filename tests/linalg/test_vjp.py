@@ -529,3 +529,29 @@ def test_dask_lazy_cotangents():
     want_dx, want_dy = closed_form(b, factor, g, False)
     np.testing.assert_allclose(dx.compute(scheduler="synchronous"), want_dx, rtol=0, atol=1e-12)
     np.testing.assert_allclose(dy.compute(scheduler="synchronous"), want_dy, rtol=0, atol=1e-12)
+
+
+# ---- CuPy: the fused kernel of the factor's cotangent -------------------------------------------
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(
+    ("batch", "m", "k"),
+    [((300,), 1, 1), ((1000,), 16, 1), ((7, 9), 33, 3), ((50,), 64, 2), ((4,), 65, 1)],
+)
+def test_cupy_fused_factor_cotangent(cupy_only, dtype_name, upper, batch, m, k):
+    """The fused kernel (batches of small real systems, M up to 64) and the generic code past
+    it, against the closed form in float64, with NaN in the unused triangle."""
+    cp = cupy_only
+    rng = np.random.default_rng(19)
+    b, factor, _, g = random_system(rng, (*batch, m, k), batch, m, dtype_name, upper)
+    dx, dy = pull(cp, b, factor, g, upper)[1]
+    want_x, want_y = closed_form(b, factor, g, upper)
+    assert dy.dtype == np.dtype(dtype_name)
+    dy = cp.asnumpy(dy)
+    assert (dy[..., unused_mask(m, upper)] == 0).all()
+    tol = {"float32": 2e-3, "float64": 1e-10}[dtype_name]
+    scale = np.abs(want_y).max()
+    np.testing.assert_allclose(dy, want_y, rtol=tol, atol=tol * scale)
+    np.testing.assert_allclose(cp.asnumpy(dx), want_x, rtol=tol, atol=tol * np.abs(want_x).max())

@@ -33,17 +33,18 @@ Each cotangent has its input's dtype: the rule computes in the result's dtype (f
 float16 and bfloat16) and casts back, taking the real part for a real input.
 """
 
-import math
 from typing import Any
 
 from .. import _backend
 from .._autodiff._rule import Rule
 from .._lib import _compat
+from .._lib._dispatch import OWN_ENGINES, Engines, dispatch
 from .._lib._dtypes import is_dtype, is_low_precision
 from .._lib._names import type_name
 from .._lib._typing import Array, DType, Namespace
 from .._lib._validation import as_bool
 from ._cholesky import cholesky_solve
+from ._grads import factor_cotangent
 
 __all__ = ["RULE"]
 
@@ -87,13 +88,22 @@ def backward(
         z = xp.reshape(z, x_shape)
 
     dx = cholesky_solve(g, u, upper)  # (*batch, M, K), the result's batch
-    p = _sum_outer(xp, dx, z, tuple(y.shape[:-2]))  # (*y batch, M, M)
-    c = -(p + _conj_transpose(xp, p))  # -C, negated before `tril`/`triu`: their zeros stay +0
-    dy = xp.triu(xp.triu(u) @ c) if upper else xp.tril(c @ xp.tril(u))
+    dy = dispatch(xp, _FACTOR, dx, z, u, upper, tuple(y.shape[:-2]))
 
     dx = xp.reshape(_sum_to(xp, dx, x_shape), tuple(x.shape))
     return _cast_back(xp, dx, x.dtype), _cast_back(xp, dy, y.dtype)
 
+
+# The factor's cotangent: a fused kernel on CuPy (and PyTorch's CUDA tensors) for batches of
+# small real systems, the generic operations of `._grads` elsewhere.
+_FACTOR = Engines(
+    __package__,
+    numpy=factor_cotangent,
+    cupy="._cupy_grad:factor_cotangent",
+    dask=factor_cotangent,
+    generic=factor_cotangent,
+    torch=OWN_ENGINES,
+)
 
 RULE = Rule("linalg.cholesky_solve", ("x", "y"), forward, backward)
 
@@ -129,32 +139,6 @@ def _of_library(xp: Namespace, a: Any) -> bool:
 
 def _as(xp: Namespace, a: Array, dtype: DType) -> Array:
     return a if a.dtype == dtype else xp.astype(a, dtype)
-
-
-def _conj_transpose(xp: Namespace, a: Array) -> Array:
-    t = xp.matrix_transpose(a)
-    return xp.conj(t) if is_dtype(xp, t.dtype, "complex floating") else t
-
-
-def _sum_outer(xp: Namespace, a: Array, b: Array, batch: tuple[int, ...]) -> Array:
-    """``a @ b^H`` summed over the batch dimensions that `batch` broadcasts to those of `a`
-    and `b` (both (*full, M, K)); shape (*batch, M, M).
-
-    The summed dimensions are moved next to K and merged with it, so one matrix product
-    does the sum: ``sum_j a_j b_j^H = [a_1 ... a_n] [b_1 ... b_n]^H``.
-    """
-    full = tuple(a.shape[:-2])
-    m, k = a.shape[-2], a.shape[-1]
-    n = len(full)
-    padded = (1,) * (n - len(batch)) + batch
-    keep = [i for i in range(n) if padded[i] == full[i]]
-    summed = [i for i in range(n) if padded[i] != full[i]]
-    if summed:
-        order = (*keep, n, *summed, n + 1)
-        shape = (*(full[i] for i in keep), m, math.prod(full[i] for i in summed) * k)
-        a = xp.reshape(xp.permute_dims(a, order), shape)
-        b = xp.reshape(xp.permute_dims(b, order), shape)
-    return xp.reshape(a @ _conj_transpose(xp, b), (*batch, m, m))
 
 
 def _sum_to(xp: Namespace, a: Array, shape: tuple[int, ...]) -> Array:
