@@ -590,5 +590,7 @@ def test_cupy_every_scan_kernel(cupy_only, dtype, shape, axis, exclusive, revers
     assert dx.dtype == np.dtype(dtype)
     got = cp.asnumpy(dx)
     assert np.isfinite(got).all()
-    tol = 64 * np.finfo(dtype).eps
+    # float64: the scan kernels' short exp and log are within a few ulp, of exponents up
+    # to log(n) and more
+    tol = {"float32": 64, "float64": 1024}[dtype] * np.finfo(dtype).eps
     assert (np.abs(got - want) <= tol * (scale + np.abs(want)) + 1e-300).all()

@@ -388,7 +388,8 @@ def test_nan_and_inf_in_x_stay_in_their_system(xp, bad):
     b[0, 1, 0] = bad
     _, (dx, dy) = pull(xp, b, factor, g, False)
     dx, dy = to_numpy(dx), to_numpy(dy)
-    assert np.isnan(dy[0][np.tril(np.ones((3, 3), bool))]).all()
+    # no finite value (NaN, or an infinity where a kernel sums fewer products with 0)
+    assert not np.isfinite(dy[0][np.tril(np.ones((3, 3), bool))]).any()
     want_dx, want_dy = closed_form(b[1:], factor[1:], g[1:], False)
     np.testing.assert_allclose(dx[1:], want_dx, rtol=0, atol=1e-12)
     want_dx, _ = closed_form(b[:1], factor[:1], g[:1], False)

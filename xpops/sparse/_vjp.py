@@ -244,7 +244,8 @@ def _summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype, uniqu
 def _device_summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype) -> Any:
     """`_summed` of repeated positions on the GPU, by atomic adds. Those have no complex
     dtype (real and imaginary parts are added as pairs), flush float32 subnormals to zero
-    (so the sums are taken in float64 and rounded once) and do not keep the sign of a zero
+    (so the sums are taken in float64 and rounded once; CuPy's float32 kernels, the
+    conversions included, flush subnormals all the same) and do not keep the sign of a zero
     sum of -0.0 terms. IEEE addition gives -0.0 exactly where a position has terms and all
     of them are -0.0: those positions are found by two scatters without atomics (every
     write of one scatter stores the same value) and set."""
