@@ -225,5 +225,30 @@ def test_full_adds_cases(monkeypatch):
         default = [(c.op, c.label) for c in module.cases("numpy")]
         full = [(c.op, c.label) for c in module.cases("numpy", full=True)]
         assert default, name
+        if name == "latency":  # small calls only: --full adds none
+            assert default == full
+            continue
         assert set(default) < set(full), name
         assert len(full) == len(set(full)), name
+
+
+def test_latency_cases_time_calls_back_to_back(monkeypatch):
+    """The latency cases run (each and its peers), and `per_call` makes as many calls as fit
+    in its batch, within its bounds, and reports ms per call."""
+    from xpops.bench import _timing, latency
+
+    cases = latency.cases("numpy")
+    assert [c.op for c in cases] == ["latency"] * 5
+    for case in cases:
+        assert case.per_call
+        case.run()
+        for peer in case.peers.values():
+            peer()
+    calls = []
+    clock = iter(range(10**6))
+    # each reading of the clock advances it by 1 ms: the single call takes 1 ms, so a batch of
+    # BATCH_MS = 20 ms holds 20 calls
+    monkeypatch.setattr(_timing.time, "perf_counter", lambda: next(clock) * 1e-3)
+    ms = _timing.per_call(lambda: calls.append(1), lambda: None, repeats=3)
+    assert ms > 0
+    assert len(calls) == _timing.WARMUP + 1 + 3 * 20

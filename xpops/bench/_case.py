@@ -11,6 +11,8 @@ class Case:
 
     `nbytes` counts the bytes that must move: inputs read once, outputs written once.
     `bandwidth` names the probe it is compared with: ``"copy"`` or ``"fill"`` (write-only ops).
+    `per_call`: time the wall time per call of calls made back to back (the latency cases,
+    where the host's time per call is what shows), rather than each call on its own.
     """
 
     op: str
@@ -19,6 +21,7 @@ class Case:
     bandwidth: str
     run: Callable[[], Any]
     peers: dict[str, Callable[[], Any]] = field(default_factory=dict)
+    per_call: bool = False
 
 
 def import_jax() -> Any:

@@ -26,6 +26,7 @@ _REGISTRY = {
     "cholesky_solve backward": "gradients",
     "sparse.divide backward": "gradients",
     "MultivariateNormal.log_prob backward": "gradients",
+    "latency": "latency",
 }
 
 
@@ -99,9 +100,9 @@ def _collect(ops: list[str], backend: str, full: bool) -> list[Case]:
     return cases
 
 
-def _safe_time(timer: Any, fn: Callable[[], Any], repeats: int) -> float | str:
+def _safe_time(timer: Any, fn: Callable[[], Any], repeats: int, per_call: bool) -> float | str:
     try:
-        return timer.time(fn, repeats)
+        return timer.per_call(fn, repeats) if per_call else timer.time(fn, repeats)
     except Exception as exc:  # a peer that cannot do the case is reported, not fatal
         return f"{type(exc).__name__}"
     finally:
@@ -128,10 +129,14 @@ def run(args: argparse.Namespace) -> int:
     records = []
     for number, case in enumerate(cases, 1):
         case_start = time.perf_counter()
-        ms = timer.time(case.run, args.repeats)
+        ms = (
+            timer.per_call(case.run, args.repeats)
+            if case.per_call
+            else timer.time(case.run, args.repeats)
+        )
         gbps = case.nbytes / ms / 1e6
         peers = {
-            name: _safe_time(timer, fn, args.repeats)
+            name: _safe_time(timer, fn, args.repeats, case.per_call)
             for name, fn in case.peers.items()
             if peers_wanted is None or name in peers_wanted
         }

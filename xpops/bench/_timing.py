@@ -7,6 +7,33 @@ from typing import Any
 
 WARMUP = 3
 REPEATS = 15
+# `per_call` makes up to MAX_CALLS calls back to back, as many as fit in about BATCH_MS (at
+# least MIN_CALLS): enough for a small GPU call's host time to show, and a CPU run that stays
+# short.
+MAX_CALLS, MIN_CALLS, BATCH_MS = 200, 5, 20.0
+
+
+def per_call(fn: Callable[[], Any], sync: Callable[[], Any], repeats: int) -> float:
+    """Median over `repeats` of the wall ms per call of calls of `fn` made back to back, from
+    an idle device to the end of the last call's work (`sync` waits for it): the larger of
+    the host's time and the device's time per call."""
+    for _ in range(WARMUP):
+        fn()
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    once = (time.perf_counter() - start) * 1e3
+    calls = max(MIN_CALLS, min(MAX_CALLS, int(BATCH_MS / max(once, 1e-3))))
+    samples = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - start) * 1e3 / calls)
+    return _median_ms(samples)
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -27,6 +54,9 @@ class CpuTimer:
             fn()
             samples.append((time.perf_counter() - start) * 1e3)
         return _median_ms(samples)
+
+    def per_call(self, fn: Callable[[], Any], repeats: int = REPEATS) -> float:
+        return per_call(fn, lambda: None, repeats)
 
     def device_name(self) -> str:
         import platform
@@ -73,6 +103,11 @@ class GpuTimer:
             stop.synchronize()
             samples.append(cupy.cuda.get_elapsed_time(start, stop))
         return _median_ms(samples)
+
+    def per_call(self, fn: Callable[[], Any], repeats: int = REPEATS) -> float:
+        """`per_call` with a synchronization of the current device (CuPy, PyTorch and JAX
+        work alike: JAX callables end with ``block_until_ready()``)."""
+        return per_call(fn, self._cupy.cuda.Device().synchronize, repeats)
 
     def device_name(self) -> str:
         props = self._cupy.cuda.runtime.getDeviceProperties(self._cupy.cuda.Device().id)
