@@ -5,6 +5,7 @@ device) where PyTorch has one, and of the library's own operation otherwise (Num
 the sparse ``x + y`` of SciPy or cupyx, the cheapest pattern union there is)."""
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import xpops
@@ -122,7 +123,7 @@ def cases(backend: str, full: bool = False) -> list[Case]:
         for key, more in _torch_peers(torch, backend, a).items():
             peers.setdefault(key, {}).update(more)
     tri = TRIANGLE * (TRIANGLE + 1) // 2
-    calls = [
+    calls: list[tuple[str, str, int, Callable[[], Any]]] = [
         (
             "tril",
             f"tril_indices({TRIANGLE})",
