@@ -700,3 +700,30 @@ def test_rsample_sample_shape_is_another_name_of_shape():
     np.testing.assert_array_equal(pull_a(g)[0]["scale_tril"], pull_b(g)[0]["scale_tril"])
     with pytest.raises(TypeError, match="not both"):
         xpops.vjp(MultivariateNormal.rsample, d, shape=(3,), sample_shape=(3,), rng=0)
+
+
+def test_torch_generator_as_rng():
+    """A torch.Generator draws PyTorch's own normals (the same state, the same draws as
+    ``torch.randn``), reparameterized: ``loc + L z``, with gradients to loc and scale_tril;
+    a generator of another device is refused; other rng types name what is taken."""
+    torch = _torch()
+    rng = np.random.default_rng(40)
+    low = np.tril(rng.standard_normal((D, D))) / D + 2 * np.eye(D)
+    loc, scale = _leaf(torch, rng.standard_normal(D)), _leaf(torch, low)
+    d = MultivariateNormal(loc, scale_tril=scale)
+    s = d.rsample((5,), rng=torch.Generator().manual_seed(3))
+    z = torch.randn((5, D), generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    want = loc.detach().numpy() + z.numpy() @ low.T
+    np.testing.assert_allclose(s.detach().numpy(), want, rtol=1e-13, atol=1e-13)
+    s.sum().backward()
+    np.testing.assert_allclose(loc.grad.numpy(), np.full(D, 5.0), rtol=1e-13)
+    # d sum(L z) / dL_ij = sum over draws of z_j, on the lower triangle
+    want_l = np.tril(np.broadcast_to(z.numpy().sum(axis=0), (D, D)))
+    np.testing.assert_allclose(scale.grad.numpy(), want_l, rtol=1e-12, atol=1e-12)
+    with pytest.raises(
+        TypeError, match=r"or a torch\.Generator for PyTorch tensors, got builtins\.str"
+    ):
+        d.sample((2,), rng="seed")
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"`rng` is a torch\.Generator of device cuda"):
+            d.sample((2,), rng=torch.Generator(device="cuda"))

@@ -3,12 +3,13 @@
 An `rng` is what ``numpy.random.default_rng`` takes (SPEC 7): None (fresh entropy), an int
 seed, a sequence of int seeds, a ``numpy.random.SeedSequence``, a ``BitGenerator`` or a
 ``Generator``; or a ``cupy.random.Generator``; or, for JAX arrays, a ``jax.random`` key (a
-typed key array, ``jax.random.key``, or a legacy ``uint32`` key, ``jax.random.PRNGKey``). A
+typed key array, ``jax.random.key``, or a legacy ``uint32`` key, ``jax.random.PRNGKey``); or,
+for PyTorch tensors, a ``torch.Generator`` of their device. A
 bool is not a seed (``default_rng(True)`` would take it as 1), and a seed is non-negative. Each
 op accepts some of these kinds; `check_rng` raises ``TypeError`` for the others, with a message
 that names what was expected and the type that came, and ``ValueError`` for a negative seed.
-Never imports CuPy or JAX: a ``cupy.random.Generator`` or a JAX key can only exist once its
-library is imported.
+Never imports CuPy, JAX or PyTorch: a ``cupy.random.Generator``, a JAX key or a
+``torch.Generator`` can only exist once its library is imported.
 
 Under a JAX trace (``jax.jit``, ``jax.vmap``, ``jax.grad``) a draw from a NumPy source would be
 made once, when the function is traced, and every call of the compiled function (every member
@@ -42,6 +43,7 @@ __all__ = [
     "is_jax_key",
     "normal_as_float64",
     "normal_in_dtype",
+    "normal_torch",
     "rng_kind",
 ]
 
@@ -56,6 +58,8 @@ CUPY = SEEDS | {"cupy"}
 ANY = NUMPY | CUPY
 #: What the draws of JAX arrays take: NumPy's sources (outside a trace) or a ``jax.random`` key.
 JAX = NUMPY | {"jax"}
+#: What the draws of PyTorch tensors take: NumPy's sources or a ``torch.Generator``.
+TORCH = NUMPY | {"torch"}
 
 
 def is_cupy_generator(rng: Any) -> bool:
@@ -80,7 +84,7 @@ def rng_kind(rng: Any) -> str:
     """``"none"``, ``"seed"`` (an int), ``"bool"``, ``"seedsequence"`` (a ``SeedSequence``
     or the sequence of ints one is made of), ``"bitgenerator"``, ``"numpy"`` (a
     ``numpy.random.Generator``), ``"cupy"`` (a ``cupy.random.Generator``), ``"jax"`` (a
-    ``jax.random`` key, `is_jax_key`) or ``"other"``."""
+    ``jax.random`` key, `is_jax_key`), ``"torch"`` (a ``torch.Generator``) or ``"other"``."""
     if rng is None:
         return "none"
     if isinstance(rng, bool | np.bool_):
@@ -97,6 +101,9 @@ def rng_kind(rng: Any) -> str:
         return "cupy"
     if is_jax_key(rng):
         return "jax"
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(rng, torch.Generator):
+        return "torch"
     return "other"
 
 
@@ -211,6 +218,29 @@ def normal_as_float64(
     gen = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     eps = gen.standard_normal(shape)
     return xp.asarray(eps, dtype=dtype, device=device)
+
+
+def normal_torch(
+    xp: Namespace, shape: tuple[int, ...], dtype: Any, device: Any, rng: Any
+) -> Array:
+    """`normal_as_float64` of PyTorch tensors, which may also draw from a ``torch.Generator``
+    of their `device` (``torch.randn`` in `dtype`, on the device)."""
+    if rng_kind(rng) != "torch":
+        expected = (
+            "None, an int seed, a numpy.random SeedSequence, BitGenerator or Generator, or a "
+            "torch.Generator for PyTorch tensors"
+        )
+        check_rng(rng, TORCH, expected)
+        return normal_as_float64(xp, shape, dtype, device, rng)
+    import torch
+
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if rng.device.type != device.type or (
+        device.index is not None and rng.device.index not in (None, device.index)
+    ):
+        msg = f"`rng` is a torch.Generator of device {rng.device}, the tensors are on {device}"
+        raise ValueError(msg)
+    return torch.randn(shape, generator=rng, dtype=dtype, device=device)
 
 
 def _jax_normal(shape: tuple[int, ...], dtype: Any, device: Any, rng: Any) -> Array:

@@ -421,7 +421,8 @@ class MultivariateNormal(CdfMethods, Properties):
         draw from independent streams spawned from `rng` (None or an int seed): the same seed
         and chunking give the same draws (other chunkings give other draws). For JAX arrays
         `rng` may be a ``jax.random`` key, and must be a key or an int seed under a trace (see
-        the class's notes).
+        the class's notes); for PyTorch tensors, a ``torch.Generator`` of their device (drawn
+        from by ``torch.randn``).
         """
         if chunks is None:
             return self.rsample(shape, rng=rng)
@@ -544,6 +545,7 @@ _NORMAL = Engines(
     cupy="._cupy:standard_normal",
     dask=_random.normal_as_float64,
     generic=_random.normal_as_float64,
+    torch=_random.normal_torch,
 )
 # the fused CuPy kernels, where they take the dtype and D
 _FUSED = Engines(
