@@ -268,10 +268,11 @@ def _device_summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype
 
 def _canonical(kind: str, a: Any) -> bool:
     """Whether `a` is known to be canonical without any work on the GPU: SciPy's check is
-    cheap (and cached), cupyx's COO keeps a flag; cupyx's CSR check synchronises."""
+    cheap (and cached), cupyx's COO keeps a flag; cupyx's CSR check synchronises, so only the
+    answer cupyx cached is read (the forward's check leaves it on CSR operands)."""
     if kind == SCIPY or a.format == "coo":
         return bool(a.has_canonical_format)
-    return False
+    return getattr(a, "_has_canonical_format", None) is True
 
 
 # ---- the cotangent -------------------------------------------------------------------------------
