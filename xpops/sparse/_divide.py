@@ -2,35 +2,42 @@
 
 from typing import Any
 
+from .._autodiff import _torch as _autograd
 from .._lib._dispatch import Engines, dispatch_kind
 from .._lib._typing import ArrayT
-from ._common import check_operands
+from ._common import DENSE, SCALAR, SPARSE, TORCH, check_operands
 
 __all__ = ["divide"]
 
 
-def _unsupported(x: Any, y: Any) -> Any:
-    """The generic engine: none, since only SciPy, cupyx and Dask operands pass validation."""
-    msg = "xpops.sparse.divide has no engine for this library's operands"
-    raise NotImplementedError(msg)
-
-
-# The engines of sparse / sparse and of sparse / scalar. Sparse operands have no array-API
-# namespace: validation names the engine kind from the operand's library instead.
-_ENGINES = Engines(
-    __package__,
-    numpy="._scipy:divide",
-    cupy="._cupyx:divide",
-    dask="._dask:divide",
-    generic=_unsupported,
-)
-_SCALAR_ENGINES = Engines(
-    __package__,
-    numpy="._scipy:divide_scalar",
-    cupy="._cupyx:divide_scalar",
-    dask="._dask:divide",
-    generic=_unsupported,
-)
+# The engines of each form of divisor, by the library of the operands (see `_common`): SciPy
+# (numpy), cupyx (cupy), PyTorch's sparse tensors (torch), pydata sparse (generic), Dask.
+_ENGINES = {
+    SPARSE: Engines(
+        __package__,
+        numpy="._scipy:divide",
+        cupy="._cupyx:divide",
+        dask="._dask:divide",
+        torch="._torch:divide",
+        generic="._pydata:divide",
+    ),
+    SCALAR: Engines(
+        __package__,
+        numpy="._scipy:divide_scalar",
+        cupy="._cupyx:divide_scalar",
+        dask="._dask:divide",
+        torch="._torch:divide_scalar",
+        generic="._pydata:divide_scalar",
+    ),
+    DENSE: Engines(
+        __package__,
+        numpy="._scipy:divide_dense",
+        cupy="._cupyx:divide_dense",
+        dask="._dask:divide",
+        torch="._torch:divide_dense",
+        generic="._pydata:divide_dense",
+    ),
+}
 
 
 def divide(x: ArrayT, y: Any, /) -> ArrayT:
@@ -121,5 +128,7 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     array([[0.5, 0. , 1. ],
            [0. , 0. , 1.5]])
     """
-    kind, scalar = check_operands(x, y)
-    return dispatch_kind(kind, _SCALAR_ENGINES if scalar else _ENGINES, x, y)
+    kind, form = check_operands(x, y)
+    if kind == TORCH and _autograd.recording(x, y):
+        return _autograd.apply("xpops.sparse._vjp:RULE", (x, y), {})
+    return dispatch_kind(kind, _ENGINES[form], x, y)
