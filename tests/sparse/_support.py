@@ -21,7 +21,7 @@ from ..conftest import _load, _selected_backends
 SPARSE_BACKENDS = tuple(b for b in _selected_backends() if b in ("numpy", "cupy"))
 FORMATS = ("coo", "csr")
 CUPYX_DTYPES = ("float32", "float64", "complex64", "complex128")
-RTOL = {"float32": 1e-6, "float64": 1e-15, "complex64": 1e-5, "complex128": 1e-13}
+RTOL = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-15, "complex64": 1e-5, "complex128": 1e-13}
 
 
 # ---- backends: building operands from host data and bringing results back -------------------

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 import sparse
-from scipy import sparse as sp
 
 from ._common import check_positions, quotient_dtype
-from ._host import Csr, Frame, canonical_keys, merge, ravel
+from ._host import Csr, Frame, canonical_keys, merge, ravel, rows_of
 
 __all__ = ["divide", "divide_dense", "divide_scalar"]
 
@@ -50,7 +49,7 @@ class _Frame:
     def operand(self, a: Any) -> Csr:
         """Operand `a` as canonical CSR arrays of this frame."""
         if self.gcxs and a.format == "gcxs" and _compressed_axes(a) == self.compressed:
-            return _canonical_gcxs(a, self.frame.ncols)
+            return _gcxs_arrays(a, self.frame)
         coo = a if a.format == "coo" else a.tocoo()
         keys = ravel(coo.coords[list(self.axes)], self.frame.shape)
         return self.frame.csr(*canonical_keys(keys, coo.data))
@@ -70,15 +69,13 @@ def _compressed_axes(a: Any) -> tuple[int, ...]:
     return tuple(int(k) for k in (a.compressed_axes or ()))
 
 
-def _canonical_gcxs(a: Any, ncols: int) -> Csr:
-    """The CSR arrays of GCXS `a` in its own frame, canonical (SciPy's check and summing, on
-    a copy when they are needed)."""
-    rows = a.indptr.size - 1
-    view = sp.csr_array((a.data, a.indices, a.indptr), shape=(rows, ncols))
-    if not view.has_canonical_format:
-        view = view.copy()
-        view.sum_duplicates()
-    return Csr(view.indptr, view.indices, view.data, ncols)
+def _gcxs_arrays(a: Any, frame: Frame) -> Csr:
+    """The CSR arrays of GCXS `a` in its own frame, canonical: its own arrays where their keys
+    increase (one pass to check), else re-keyed (sorted, duplicates summed)."""
+    keys = rows_of(a.indptr, a.indices.size) * max(frame.ncols, 1) + a.indices
+    if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
+        return Csr(a.indptr, a.indices, a.data, frame.ncols)
+    return frame.csr(*canonical_keys(keys, a.data))
 
 
 def _build(x: Any, frame: _Frame, out: Csr) -> Any:
