@@ -151,10 +151,10 @@ def is_scalar(y: Any, kind: str) -> bool:
 
 def is_dense(y: Any, kind: str) -> bool:
     """Whether `y` is a dense array of the library of engine kind `kind` with at least one
-    dimension (0-d arrays are scalars): a NumPy array for SciPy and pydata, a CuPy array for
-    cupyx, a strided tensor for PyTorch."""
-    if kind in (SCIPY, PYDATA):
-        return isinstance(y, np.ndarray) and y.ndim > 0
+    dimension (0-d arrays are scalars): a NumPy array (or matrix) for SciPy and pydata, a CuPy
+    array for cupyx, a strided tensor for PyTorch."""
+    if kind in (SCIPY, PYDATA):  # not a masked array: its mask would be ignored
+        return isinstance(y, np.ndarray) and not isinstance(y, np.ma.MaskedArray) and y.ndim > 0
     if kind == CUPYX:
         cupy = sys.modules.get("cupy")
         return cupy is not None and isinstance(y, cupy.ndarray) and y.ndim > 0
