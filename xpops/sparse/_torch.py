@@ -133,10 +133,11 @@ def _batch_csr(a: Any) -> tuple[Any, Any, Any, int]:
     if crow.ndim == 1:
         return crow, col, values, ncols
     nnz = col.shape[-1]  # entries a batch (the same in every batch)
+    block = values.shape[crow.ndim :]  # values: (*batch, nnz, *block)
     crow = crow.reshape(batch, per + 1).to(torch.int64)
     offsets = torch.arange(batch, dtype=torch.int64, device=crow.device)[:, None] * nnz
     indptr = torch.cat([(crow[:, :-1] + offsets).reshape(-1), crow.new_full((1,), batch * nnz)])
-    values = values.reshape(batch * nnz, *values.shape[crow.ndim :])
+    values = values.reshape(batch * nnz, *block)
     return indptr, col.reshape(-1).to(torch.int64), values, ncols
 
 
@@ -261,7 +262,11 @@ def _csr_result(x: Any, indptr: Any, indices: Any, values: Any, dtype: Any) -> A
         values = values.reshape(*batch_shape, nnz, *values.shape[1:])
     index = _index_dtype(crow, int(values.shape[0]), int(x.shape[crow.ndim]))
     return torch.sparse_csr_tensor(
-        indptr.to(index), indices.to(index), values.to(dtype), size=tuple(x.shape)
+        indptr.to(index),
+        indices.to(index),
+        values.to(dtype),
+        size=tuple(x.shape),
+        check_invariants=False,
     )
 
 
@@ -273,7 +278,7 @@ def divide(x: Any, y: Any) -> Any:
     if x.layout == torch.sparse_csr:  # the frame, if any, is x's stacked CSR frame
         return _csr_result(x, indptr, indices, values, dtype)
     coords = frame.coords(indptr, indices)
-    return torch.sparse_coo_tensor(coords, values.to(dtype), tuple(x.shape), is_coalesced=True)
+    return _coo(coords, values.to(dtype), x)
 
 
 # ---- scalar and dense divisors: PyTorch's own division of the stored values ------------------
@@ -291,13 +296,21 @@ def _own(x: Any) -> tuple[Any, Any, Any]:
     return (crow.clone(), col.clone()), None, x.values().detach()
 
 
+def _coo(indices: Any, values: Any, x: Any) -> Any:
+    """A coalesced COO tensor of x's shape (its invariants hold by construction: not checked,
+    and PyTorch not left to warn that they are not)."""
+    return _torch().sparse_coo_tensor(
+        indices, values, tuple(x.shape), is_coalesced=True, check_invariants=False
+    )
+
+
 def _like(x: Any, structure: tuple[Any, ...], values: Any) -> Any:
     torch = _torch()
     if x.layout == torch.sparse_coo:
         (indices,) = structure
-        return torch.sparse_coo_tensor(indices, values, tuple(x.shape), is_coalesced=True)
+        return _coo(indices, values, x)
     crow, col = structure
-    return torch.sparse_csr_tensor(crow, col, values, size=tuple(x.shape))
+    return torch.sparse_csr_tensor(crow, col, values, size=tuple(x.shape), check_invariants=False)
 
 
 def _scalar(y: Any) -> Any:
@@ -323,7 +336,8 @@ def divide_dense(x: Any, y: Any) -> Any:
     """x / y for a PyTorch sparse tensor `x` and a strided tensor `y` of x's shape: x's
     pattern, each stored value (block) divided by y's value (block) at its position."""
     structure, coords, values = _own(x)
-    if coords is None:  # CSR
-        coords, values = _coords(x)
-    at = y.detach()[tuple(coords)]
-    return _like(x, structure, values / at)
+    if coords is None:  # CSR: the coordinates of its batches stacked
+        coords, flat = _coords(x)
+        at = y.detach()[tuple(coords)]
+        return _like(x, structure, (flat / at).reshape(values.shape))
+    return _like(x, structure, values / y.detach()[tuple(coords)])
