@@ -26,6 +26,7 @@ import numpy as np
 
 from .._lib import _torch as _bridge
 from .._lib._dispatch import Engines
+from . import _torch_layout as layout
 from ._common import check_positions
 
 __all__ = ["divide", "divide_dense", "divide_scalar", "result_dtype"]
@@ -83,77 +84,6 @@ def _numpy_name(dtype: Any) -> str:
 # ---- operands as coordinates and as CSR arrays of a frame ---------------------------------------
 
 
-def _sparse_shape(a: Any) -> tuple[int, ...]:
-    """The shape of a's sparse positions: all dimensions but the dense ones."""
-    return tuple(a.shape[: a.ndim - a.dense_dim()])
-
-
-def _coalesced(a: Any) -> Any:
-    """A COO tensor coalesced (PyTorch sums duplicates from the first, keeping a lone -0.0),
-    detached: the engines' forward is not recorded (the autograd binding records it)."""
-    a = a.detach()
-    return a if a.is_coalesced() else a.coalesce()
-
-
-def _ravel(coords: Any, shape: tuple[int, ...]) -> Any:
-    """Row-major linear indices (int64) of `coords` (one row an axis) in `shape`."""
-    torch = _torch()
-    keys = torch.zeros(coords.shape[1], dtype=torch.int64, device=coords.device)
-    for axis, n in enumerate(shape):
-        keys = keys * n + coords[axis]
-    return keys
-
-
-def _unravel(keys: Any, shape: tuple[int, ...]) -> Any:
-    """The coordinates (int64, one row an axis) of row-major linear indices `keys`."""
-    torch = _torch()
-    out = torch.empty((len(shape), keys.shape[0]), dtype=torch.int64, device=keys.device)
-    for axis in range(len(shape) - 1, -1, -1):
-        n = shape[axis]
-        out[axis] = keys % n if n else keys
-        keys = torch.div(keys, n, rounding_mode="floor") if n else keys
-    return out
-
-
-def _csr_major(indptr: Any, n: int) -> Any:
-    """The row of each of the `n` entries of row pointers `indptr`."""
-    torch = _torch()
-    at = torch.arange(n, dtype=indptr.dtype, device=indptr.device)
-    return torch.searchsorted(indptr[1:], at, right=True)
-
-
-def _batch_csr(a: Any) -> tuple[Any, Any, Any, int]:
-    """(indptr, indices, values, ncols) of CSR tensor `a` with its batches stacked: row ``r``
-    of batch ``b`` is row ``b * rows_per_batch + r``."""
-    torch = _torch()
-    crow, col, values = a.crow_indices(), a.col_indices(), a.values().detach()
-    batch = math.prod(crow.shape[:-1])
-    per = crow.shape[-1] - 1  # rows a batch
-    ncols = int(a.shape[crow.ndim])
-    if crow.ndim == 1:
-        return crow, col, values, ncols
-    nnz = col.shape[-1]  # entries a batch (the same in every batch)
-    block = values.shape[crow.ndim :]  # values: (*batch, nnz, *block)
-    crow = crow.reshape(batch, per + 1).to(torch.int64)
-    offsets = torch.arange(batch, dtype=torch.int64, device=crow.device)[:, None] * nnz
-    indptr = torch.cat([(crow[:, :-1] + offsets).reshape(-1), crow.new_full((1,), batch * nnz)])
-    values = values.reshape(batch * nnz, *block)
-    return indptr, col.reshape(-1).to(torch.int64), values, ncols
-
-
-def _coords(a: Any) -> tuple[Any, Any]:
-    """(coordinates of the sparse positions, one row an axis, sorted row-major and unique;
-    values) of operand `a`."""
-    torch = _torch()
-    if a.layout == torch.sparse_coo:
-        c = _coalesced(a)
-        return c.indices(), c.values()
-    indptr, indices, values, _ = _batch_csr(a)
-    major = _csr_major(indptr, indices.shape[0])
-    lead = _sparse_shape(a)[:-1]
-    return torch.cat([_unravel(major, lead), indices.to(torch.int64)[None]]), values
-
-
 class _Frame:
     """The 2-D frame of a division: `rows` x `ncols`, each entry's position in the sparse
     shape `shape` given by its row and column (`natural`: the row is the leading sparse
@@ -179,10 +109,10 @@ class _Frame:
             n = coords.shape[1]
             return coords.new_tensor([0, n]), coords.new_zeros(n)
         if self.natural:
-            major = _ravel(coords[:-1], self.shape[:-1])
+            major = layout.ravel(coords[:-1], self.shape[:-1])
             minor = coords[-1]
         else:
-            keys = _ravel(coords, self.shape)
+            keys = layout.ravel(coords, self.shape)
             major = torch.div(keys, self.ncols, rounding_mode="floor")
             minor = keys - major * self.ncols
         bounds = torch.arange(self.rows + 1, dtype=torch.int64, device=coords.device)
@@ -191,13 +121,13 @@ class _Frame:
     def coords(self, indptr: Any, indices: Any) -> Any:
         """The sparse coordinates of CSR arrays of this frame."""
         torch = _torch()
-        major = _csr_major(indptr.to(torch.int64), indices.shape[0])
+        major = layout.csr_major(indptr.to(torch.int64), indices.shape[0])
         if not self.shape:
             return major.new_zeros((0, indices.shape[0]))
         if self.natural:
-            lead = _unravel(major, self.shape[:-1])
+            lead = layout.unravel(major, self.shape[:-1])
             return torch.cat([lead, indices.to(torch.int64)[None]])
-        return _unravel(major * self.ncols + indices, self.shape)
+        return layout.unravel(major * self.ncols + indices, self.shape)
 
 
 # ---- the division of two sparse tensors -----------------------------------------------------
@@ -209,17 +139,17 @@ def _union(x: Any, y: Any, dtype: Any) -> tuple[Any, Any, Any, Any]:
     engine_dtype = _numpy_name(dtype)
     csr_pair = x.layout == y.layout == torch.sparse_csr
     if csr_pair:  # both CSR: their own (stacked) arrays, no coordinates
-        xptr, xidx, xv, ncols = _batch_csr(x)
-        yptr, yidx, yv, _ = _batch_csr(y)
+        xptr, xidx, xv, ncols = layout.batch_csr(x)
+        yptr, yidx, yv, _ = layout.batch_csr(y)
         if xptr.dtype != yptr.dtype:
             xptr, xidx, yptr, yidx = (a.to(torch.int64) for a in (xptr, xidx, yptr, yidx))
         frame = None
     else:
-        xc, xv = _coords(x)
-        yc, yv = _coords(y)
+        xc, xv = layout.coords(x)
+        yc, yv = layout.coords(y)
         # a CSR x has row pointers of its frame's rows: the natural frame
         natural = x.layout == torch.sparse_csr
-        frame = _Frame(_sparse_shape(x), xc.shape[1] + yc.shape[1], natural)
+        frame = _Frame(layout.sparse_shape(x), xc.shape[1] + yc.shape[1], natural)
         (xptr, xidx), (yptr, yidx) = frame.csr(xc), frame.csr(yc)
         ncols = frame.ncols
     xv, yv = xv.to(dtype), yv.to(dtype)
@@ -289,7 +219,7 @@ def _own(x: Any) -> tuple[Any, Any, Any]:
     values, its values): a COO x coalesced, a CSR x as it is."""
     torch = _torch()
     if x.layout == torch.sparse_coo:
-        c = _coalesced(x)
+        c = layout.coalesced(x)
         indices = c.indices()
         return (indices.clone(),), indices, c.values()
     crow, col = x.crow_indices(), x.col_indices()
@@ -337,7 +267,7 @@ def divide_dense(x: Any, y: Any) -> Any:
     pattern, each stored value (block) divided by y's value (block) at its position."""
     structure, coords, values = _own(x)
     if coords is None:  # CSR: the coordinates of its batches stacked
-        coords, flat = _coords(x)
+        coords, flat = layout.coords(x)
         at = y.detach()[tuple(coords)]
         return _like(x, structure, (flat / at).reshape(values.shape))
     return _like(x, structure, values / y.detach()[tuple(coords)])
