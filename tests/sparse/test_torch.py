@@ -23,26 +23,6 @@ nan, inf = np.nan, np.inf
 pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
 
 
-def _cuda_available() -> bool:
-    if not torch.cuda.is_available():
-        return False
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:
-        return False
-
-
-@pytest.fixture(params=["cpu", "cuda"])
-def device(request):
-    """The device of the tensors: the CPU, or the first CUDA device (skipped without a GPU
-    and CuPy)."""
-    if request.param == "cuda" and not _cuda_available():
-        pytest.skip("no CUDA device available (or no CuPy)")
-    return torch.device(request.param)
-
-
 def tdtype(name):
     return getattr(torch, name)
 
