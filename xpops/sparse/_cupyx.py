@@ -307,6 +307,8 @@ def divide_csr(
     value each, ``size`` columns an entry, so that the kernels stay those of cupyx operands.
     """
     dtype = np.dtype(dtype)
+    # the kernels read raw pointers: contiguous arrays (views of PyTorch's tensors may not be)
+    xptr, xidx, xv, yptr, yidx, yv = map(cupy.ascontiguousarray, (xptr, xidx, xv, yptr, yidx, yv))
     block = tuple(xv.shape[1:])
     size = math.prod(block)
     rows = int(xptr.size) - 1

@@ -207,10 +207,10 @@ class _Buffers:
     def __init__(self, span: int, rows: int, index: np.dtype) -> None:
         self.span = span
         self.indptr = np.empty(rows + 1, dtype=index)
-        self._encoded: dict[np.dtype, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._encoded: dict[np.dtype, tuple[Any, Any, Any]] = {}
         self._padded: dict[str, np.ndarray] = {}
 
-    def encoded(self, ctype: np.dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def encoded(self, ctype: np.dtype) -> tuple[Any, Any, Any]:
         bufs = self._encoded.get(ctype)
         if bufs is None:
             z = (np.zeros(self.span, dtype=ctype), np.zeros(self.span, dtype=ctype))
@@ -331,5 +331,7 @@ def divide_csr(
     """(indptr, indices, values) of x / y for the canonical CSR arrays of two operands of one
     shape (values: one or a block of them an entry), on the union of their patterns: `merge`
     on plain arrays, the engine of PyTorch's CPU tensors (`_torch`)."""
+    # SciPy's compiled addition takes contiguous arrays (views of PyTorch's tensors may not be)
+    xptr, xidx, xv, yptr, yidx, yv = map(np.ascontiguousarray, (xptr, xidx, xv, yptr, yidx, yv))
     out = merge(Csr(xptr, xidx, xv, ncols), Csr(yptr, yidx, yv, ncols), np.dtype(dtype))
     return out.indptr, out.indices, out.data
