@@ -38,9 +38,12 @@ def make(fmt, e: Entries, shape, *, dtype="float64", axes=None, raw=False):
         return coo
     g = sparse.GCXS.from_coo(coo, compressed_axes=axes)
     if raw:  # each row's entries in reverse order: unsorted, still the same array
+        indptr = np.asarray(g.indptr)
+        if indptr.size == 0:  # a 1-D GCXS of pydata before 0.16: one row, no pointers
+            indptr = np.array([0, g.nnz])
+        rows = range(len(indptr) - 1)
         order = np.concatenate(
-            [np.arange(g.indptr[r + 1] - 1, g.indptr[r] - 1, -1) for r in range(len(g.indptr) - 1)]
-            or [np.zeros(0, np.intp)]
+            [np.arange(indptr[r + 1] - 1, indptr[r] - 1, -1) for r in rows] or [np.zeros(0, int)]
         ).astype(np.intp)
         g = sparse.GCXS(
             (g.data[order], g.indices[order], g.indptr),
@@ -58,11 +61,13 @@ def positions(a) -> tuple[np.ndarray, np.ndarray]:
             keys = np.ravel_multi_index(tuple(coords), a.shape)
             assert (np.diff(keys) > 0).all(), "COO not sorted row-major, or duplicates"
         return a.data, coords
-    rows = len(a.indptr) - 1
-    assert a.indptr[0] == 0
-    assert a.indptr[-1] == a.data.size == a.indices.size
-    for r in range(rows):
-        row = a.indices[a.indptr[r] : a.indptr[r + 1]]
+    indptr = np.asarray(a.indptr)
+    if indptr.size == 0:  # a 1-D GCXS of pydata before 0.16: one row, no pointers
+        indptr = np.array([0, a.nnz])
+    assert indptr[0] == 0
+    assert indptr[-1] == a.data.size == a.indices.size
+    for r in range(len(indptr) - 1):
+        row = a.indices[indptr[r] : indptr[r + 1]]
         assert (np.diff(row) > 0).all(), "GCXS row not sorted, or duplicates"
     c = a.tocoo()
     return c.data, c.coords

@@ -72,9 +72,12 @@ def _compressed_axes(a: Any) -> tuple[int, ...]:
 def _gcxs_arrays(a: Any, frame: Frame) -> Csr:
     """The CSR arrays of GCXS `a` in its own frame, canonical: its own arrays where their keys
     increase (one pass to check), else re-keyed (sorted, duplicates summed)."""
-    keys = rows_of(a.indptr, a.indices.size) * max(frame.ncols, 1) + a.indices
+    indptr = np.asarray(a.indptr)
+    if indptr.size == 0:  # a 1-D GCXS of pydata before 0.16: no row pointers, one row
+        indptr = np.array([0, a.indices.size], dtype=a.indices.dtype)
+    keys = rows_of(indptr, a.indices.size) * max(frame.ncols, 1) + a.indices
     if keys.size < 2 or bool((keys[1:] > keys[:-1]).all()):
-        return Csr(a.indptr, a.indices, a.data, frame.ncols)
+        return Csr(indptr, a.indices, a.data, frame.ncols)
     return frame.csr(*canonical_keys(keys, a.data))
 
 
@@ -83,7 +86,9 @@ def _build(x: Any, frame: _Frame, out: Csr) -> Any:
     zero = out.data.dtype.type(0)
     if x.format == "gcxs":
         index = np.promote_types(x.indices.dtype, out.indices.dtype)
-        arrays = (out.data, out.indices.astype(index), out.indptr.astype(index))
+        # (a 1-D GCXS of pydata before 0.16 has no row pointers: x's empty ones kept)
+        indptr = out.indptr if np.size(x.indptr) else np.zeros(0, dtype=index)
+        arrays = (out.data, out.indices.astype(index), indptr.astype(index))
         compressed = x.compressed_axes
         return sparse.GCXS(arrays, shape=x.shape, compressed_axes=compressed, fill_value=zero)
     return sparse.COO(

@@ -158,7 +158,9 @@ def _pydata_view(a: Any, axes: tuple[int, ...]) -> View:
         split = len(a.compressed_axes or ())
         ordered_shape = tuple(shape[k] for k in own)
         ncols = int(np.prod(ordered_shape[split:], dtype=np.int64))
-        keys = rows_of(a.indptr, a.indices.shape[0]) * ncols + a.indices
+        indptr = np.asarray(a.indptr)  # none for a 1-D GCXS of pydata before 0.16: one row
+        rows = rows_of(indptr, a.indices.shape[0]) if indptr.size else 0
+        keys = rows * ncols + a.indices
         flat = np.unravel_index(keys, ordered_shape) if shape else ()
         unordered: list[Any] = [None] * len(shape)
         for k, c in zip(own, flat, strict=True):
@@ -166,7 +168,7 @@ def _pydata_view(a: Any, axes: tuple[int, ...]) -> View:
         coords = tuple(unordered)
 
         def like(data: Any) -> Any:
-            arrays = (data, a.indices.copy(), a.indptr.copy())
+            arrays = (data, a.indices.copy(), np.array(a.indptr, copy=True))
             zero = data.dtype.type(0)
             return sparse.GCXS(
                 arrays, shape=shape, compressed_axes=a.compressed_axes, fill_value=zero
