@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _compat
 
-__all__ = ["bridge", "engine_for", "fast_tensors", "on_device"]
+__all__ = ["bridge", "check_device", "engine_for", "fast_tensors", "on_device"]
 
 # The dtypes every own engine takes, by NumPy's ``dtype.char``.
 _DTYPES = {"f": "float32", "d": "float64", "F": "complex64", "D": "complex128"}
@@ -129,10 +129,19 @@ def on_device(engines: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
     over by DLPack as in `bridge`, whatever their dtype (one that NumPy has) and size: for an
     op whose tensors are the parts of a tensor that `bridge` does not take (the index and
     value arrays of a sparse tensor). NotImplementedError for any other device."""
+    check_device(device)
     if device.type == "cpu":
         return _on_numpy(engines["numpy"], args, kwargs)
+    return _on_cupy(engines["cupy"], device.index, args, kwargs)
+
+
+def check_device(device: Any) -> None:
+    """NotImplementedError unless `device` is the CPU or a CUDA device that CuPy sees (what
+    `on_device` takes)."""
+    if device.type == "cpu":
+        return
     if device.type == "cuda" and device.index is not None and device.index < _cupy_devices():
-        return _on_cupy(engines["cupy"], device.index, args, kwargs)
+        return
     msg = (
         f"xpops runs on PyTorch's CPU tensors and on CUDA tensors of a device that CuPy sees, "
         f"got a tensor on {device}"

@@ -21,10 +21,10 @@ encoded so that the sum is never zero (SciPy drops zero sums) and tells which si
 The merge runs over blocks of rows of about BLOCK_ENTRIES entries, into buffers that each
 thread keeps and reuses for every block and every call: whole-matrix intermediates (about
 35 MB of complex128 for two operands of 400k entries) would be fresh memory on every call,
-and first-touching it doubles the float64 time. With at least HELPER_MIN_ENTRIES entries and a free helper thread
-(``_threads.helper_thread``), the helper merges the second half of the blocks from where they
-would start if no position were stored in both, and they are moved down after the first half
-ends (one copy of half the result).
+and first-touching it doubles the float64 time. With at least HELPER_MIN_ENTRIES entries and
+a free helper thread (``_threads.helper_thread``), the helper merges the second half of the
+blocks from where they would start if no position were stored in both, and they are moved
+down after the first half ends (one copy of half the result).
 
 A merge written in NumPy (a stable sort of the two key arrays, or binary searches of one in the
 other) is 2x to 4x slower than SciPy's compiled addition, which the merge's branches bound.

@@ -203,6 +203,7 @@ def _csr_result(x: Any, indptr: Any, indices: Any, values: Any, dtype: Any) -> A
 def divide(x: Any, y: Any) -> Any:
     """x / y of two PyTorch sparse tensors of one shape and dense dimensions; validated."""
     torch = _torch()
+    _bridge.check_device(x.device)  # before any work
     dtype = result_dtype(x.dtype, y.dtype)
     frame, indptr, indices, values = _union(x, y, _compute_dtype(dtype))
     if x.layout == torch.sparse_csr:  # the frame, if any, is x's stacked CSR frame
