@@ -13,6 +13,7 @@ import xpops
 
 from ._support import (
     Entries,
+    Lib,
     assert_result,
     assert_values,
     build,
@@ -46,6 +47,9 @@ def make(lib, fmt, e: Entries, shape, *, dtype="float64", kind=None):
         out = t.T
         assert out.format == "csc"
         return out
+    if lib.name == "cupy":  # cupyx's DIA from SciPy's
+        host = make(Lib("numpy"), fmt, e, shape, dtype=dtype, kind="matrix")
+        return getattr(lib.sparse, f"{fmt}_matrix")(host)
     coo = build(lib, "coo", e, shape, dtype=dtype, kind=kind)
     if fmt == "bsr":
         return coo.tobsr(blocksize=(2, 2) if shape[0] % 2 == 0 and shape[1] % 2 == 0 else (1, 1))

@@ -553,3 +553,57 @@ def test_empty_operands(device, lx, ly):
         run(a, b, shape, "float64", "float64",
             lambda v, d: makers[lx](v, shape, d, device),
             lambda v, d: makers[ly](v, shape, d, device))  # fmt: skip
+
+
+# ---- CUDA: PyTorch's current stream, agreement with the CPU ----------------------------------
+
+
+def test_cuda_runs_on_the_current_stream(device):
+    """On a side stream the kernels queue behind the work that made the operands (scaled on
+    that stream just before), and the result is ready for work queued after them there."""
+    if device.type != "cuda":
+        pytest.skip("CUDA only")
+    rng = np.random.default_rng(20)
+    shape = (2000, 3000)
+    x = random_sparse(rng, shape, 200_000, unique=True, zeros=0.0)
+    y = random_sparse(rng, shape, 200_000, unique=True, zeros=0.0)
+    want = xpops.sparse.divide(coo(x, shape, "float32"), csr(y, shape, "float32") * 2)
+    stream = torch.cuda.Stream(device)
+    with torch.cuda.stream(stream):
+        xs = coo(x, shape, "float32", device)
+        ys = csr(y, shape, "float32", device) * 2  # queued on the side stream
+        out = xpops.sparse.divide(xs, ys).coalesce() * 1  # work after it, on the stream
+    stream.synchronize()
+    assert torch.equal(out.indices().cpu(), want.indices())
+    assert torch.equal(out.values().cpu(), want.values())
+
+
+@pytest.mark.parametrize(("layout", "shape", "sdim"), [
+    ("coo", (3000, 4000), 2), ("coo", (200, 300, 4), 2), ("coo", (50, 60, 70), 3),
+    ("csr", (3000, 4000), 2), ("csr", (6, 500, 400), 3),
+])  # fmt: skip
+def test_cuda_matches_the_cpu(device, layout, shape, sdim):
+    """Larger operands (hybrid COO, 3 sparse dimensions, batched CSR): the CUDA result equals
+    the CPU's, entry for entry (IEEE division is correctly rounded on both)."""
+    if device.type != "cuda":
+        pytest.skip("CUDA only")
+    rng = np.random.default_rng(21)
+    if layout == "coo":
+        x = random_sparse(rng, shape[:sdim], 100_000, shape[sdim:], zeros=0.01)
+        y = random_sparse(rng, shape[:sdim], 100_000, shape[sdim:], zeros=0.01)
+        make = coo
+    else:
+        per = 20_000
+        x = _batched_entries(rng, shape, len(shape), per, ())
+        y = Entries(np.asarray(x.data)[::-1].copy(), x.coords) if len(shape) > 2 else None
+        y = y or _batched_entries(rng, shape, len(shape), per, ())
+        make = csr
+    for dtype in ("float32", "float64"):  # (complex x / 0 has no single IEEE answer)
+        want = xpops.sparse.divide(make(x, shape, dtype), make(y, shape, dtype))
+        got = xpops.sparse.divide(make(x, shape, dtype, device), make(y, shape, dtype, device))
+        if layout == "coo":
+            assert torch.equal(got.indices().cpu(), want.indices())
+        else:
+            assert torch.equal(got.crow_indices().cpu(), want.crow_indices())
+            assert torch.equal(got.col_indices().cpu(), want.col_indices())
+        np.testing.assert_array_equal(got.values().cpu().numpy(), want.values().numpy())
