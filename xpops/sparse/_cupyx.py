@@ -316,6 +316,10 @@ def divide_csr(
         xptr, xidx, xv = _expanded(xptr, xidx, xv, size)
         yptr, yidx, yv = _expanded(yptr, yidx, yv, size)
         ncols *= size
+    # int32 indices where every size fits (PyTorch's COO indices are int64): half the index
+    # traffic of the kernels, for a cast of each index array
+    if max(int(xidx.size) + int(yidx.size), ncols, rows + 1) <= INT32_MAX:
+        xptr, xidx, yptr, yidx = (a.astype(np.int32, copy=False) for a in (xptr, xidx, yptr, yidx))
     xc = _Arrays(xv.astype(dtype, copy=False), xidx, xptr, (rows, ncols))
     yc = _Arrays(yv.astype(dtype, copy=False), yidx, yptr, (rows, ncols))
     data, indices, indptr = _union(xc, yc, dtype)
