@@ -8,6 +8,8 @@ import re
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import xpops
 
@@ -299,3 +301,41 @@ def test_large_3d_against_pydata_addition_pattern():
     np.testing.assert_array_equal(out.coords, total.coords)
     want = np.where(total.data == 6, 0.5, np.where(total.data == 2, inf, 0.0))
     np.testing.assert_array_equal(out.data, want)
+
+
+# ---- property test ----------------------------------------------------------------------------
+
+_VALUES = [-4.0, -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_property_against_brute_force(data):
+    """Random N-D shapes (zero dimensions included), raw COO entries (duplicates, any order,
+    signed zeros) or GCXS compressed along random axes, against the reference."""
+    ndim = data.draw(st.integers(1, 4), label="ndim")
+    shape = tuple(data.draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+
+    def entries():
+        if 0 in shape:
+            return Entries(np.zeros(0), tuple(np.zeros(0, int) for _ in shape))
+        cell = st.tuples(*(st.integers(0, n - 1) for n in shape), st.sampled_from(_VALUES))
+        items = data.draw(st.lists(cell, max_size=12))
+        coords = tuple(np.array([t[k] for t in items], dtype=int) for k in range(ndim))
+        return Entries(np.array([t[-1] for t in items], dtype=float), coords)
+
+    def axes(fmt):
+        """Compressed axes of a GCXS operand: a sorted proper subset (pydata's default for
+        1-D and where none are drawn)."""
+        if fmt != "gcxs" or ndim < 2:
+            return None
+        k = data.draw(st.integers(1, ndim - 1))
+        return tuple(sorted(data.draw(st.sets(st.integers(0, ndim - 1), min_size=k, max_size=k))))
+
+    fx, fy = (
+        data.draw(st.sampled_from(["coo", "gcxs"])),
+        data.draw(st.sampled_from(["coo", "gcxs"])),
+    )
+    ax, ay = axes(fx), axes(fy)
+    raw = data.draw(st.booleans(), label="raw")
+    run(fx, entries(), "float64", fy, entries(), "float64", shape, ax=ax, ay=ay, raw=raw)

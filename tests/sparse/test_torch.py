@@ -10,6 +10,8 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import xpops
 
@@ -607,3 +609,44 @@ def test_cuda_matches_the_cpu(device, layout, shape, sdim):
             assert torch.equal(got.crow_indices().cpu(), want.crow_indices())
             assert torch.equal(got.col_indices().cpu(), want.col_indices())
         np.testing.assert_array_equal(got.values().cpu().numpy(), want.values().numpy())
+
+
+# ---- property test ----------------------------------------------------------------------------
+
+_VALUES = [-4.0, -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_property_against_brute_force(data):
+    """Random COO tensors on the CPU: shapes of 1 to 4 dimensions (zero ones included), a
+    random split into sparse and dense dimensions, raw entries (duplicates, any order, signed
+    zeros), coalesced or not; each against the reference."""
+    ndim = data.draw(st.integers(1, 4), label="ndim")
+    shape = tuple(data.draw(st.lists(st.integers(0, 4), min_size=ndim, max_size=ndim)))
+    sdim = data.draw(st.integers(1, ndim), label="sparse_dim")
+    sshape, block = shape[:sdim], shape[sdim:]
+
+    def entries():
+        n = data.draw(st.integers(0, 0 if 0 in sshape else 10))
+        coords = tuple(
+            np.array(
+                data.draw(st.lists(st.integers(0, max(d - 1, 0)), min_size=n, max_size=n)),
+                dtype=np.int64,
+            )
+            for d in sshape
+        )
+        size = n * int(np.prod(block))
+        vals = data.draw(st.lists(st.sampled_from(_VALUES), min_size=size, max_size=size))
+        return Entries(np.array(vals, dtype=float).reshape(n, *block), coords)
+
+    x, y = entries(), entries()
+    cx, cy = data.draw(st.booleans()), data.draw(st.booleans())
+
+    def make_x(e, d):
+        return coo(e, shape, d, coalesce=cx)
+
+    def make_y(e, d):
+        return coo(e, shape, d, coalesce=cy)
+
+    run(x, y, shape, "float64", "float64", make_x, make_y)
