@@ -2,14 +2,15 @@
 merged by `_host`.
 
 A COO `x` is divided on the row-major keys of its positions, folded into two dimensions
-(`_host.fold`). A GCXS `x` is divided in its own 2-D frame (its compressed axes for rows, the
+(`_host.Frame`). A GCXS `x` is divided in its own 2-D frame (its compressed axes for rows, the
 other axes for columns): a GCXS `y` compressed along the same axes is merged on its own arrays;
 any other `y` has its positions keyed in that frame. The result is of x's class, canonical
 (a COO sorted row-major with no duplicates; a GCXS with sorted, unique indices in each row,
 compressed along x's axes), with ``fill_value`` 0.
 
-For two 3-D COO arrays of shape (1000, 1000, 100) and 1e6 entries each, this takes about a
-twentieth of the time of pydata's own ``x + y`` (measured on a 2-core AMD EPYC).
+For two 3-D COO arrays of shape (1000, 1000, 100) and 1e6 entries each, this takes a seventh
+to a third of the time of pydata's own ``x + y`` (0.1 to 0.17 s against 0.6 to 0.8 s on a
+2-core AMD EPYC shared with other work).
 """
 
 import math

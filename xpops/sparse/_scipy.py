@@ -3,7 +3,7 @@
 The result's layout follows `x`. A CSR, 1-D CSR or 2-D COO `x` is divided as CSR rows; a
 CSC `x` as the CSR rows of its transpose (a column-wise merge, no conversion of a CSC operand),
 and the result is CSC; an N-D or 1-D COO `x` as the row-major keys of its positions, folded
-into two dimensions (`_host.fold`). BSR, DOK, LIL and DIA operands are converted by SciPy's
+into two dimensions (`_host.Frame`). BSR, DOK, LIL and DIA operands are converted by SciPy's
 ``tocsr()`` (``tocsc()`` next to a CSC `x`), which keeps BSR's stored zeros and drops DIA's
 (SciPy's conversion does), and an `x` of those formats gives a CSR result. A `y` of another
 format is converted to x's layout the same way.

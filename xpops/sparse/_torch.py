@@ -6,9 +6,10 @@ Each operand is brought, with PyTorch's own operations on its device, to the CSR
 CSR tensor), the columns the last sparse index, and each entry holds its block of dense values.
 Where the rows would be too many for row pointers (COO tensors of several large sparse
 dimensions), the frame is the tensor's row-major keys folded into about a row per
-FOLD_ROW_ENTRIES entries. The union is then merged by the op's NumPy engine for CPU tensors
-(`_host.divide_csr`) and by its CuPy kernels for CUDA tensors (`_cupyx.divide_csr`), on views
-of the tensors' memory through DLPack, on PyTorch's current stream (`_lib._torch.on_device`).
+FOLD_ROW_ENTRIES entries, as in `_host.Frame`. The union is then merged by the op's NumPy
+engine for CPU tensors (`_host.divide_csr`) and by its CuPy kernels for CUDA tensors
+(`_cupyx.divide_csr`), on views of the tensors' memory through DLPack, on PyTorch's current
+stream (`_lib._torch.on_device`).
 The result comes back the same way and is put in x's layout.
 
 Values are divided in float32 for float16 and bfloat16 tensors (and complex64 for
@@ -28,13 +29,9 @@ from .._lib import _torch as _bridge
 from .._lib._dispatch import Engines
 from . import _torch_layout as layout
 from ._common import check_positions
+from ._host import FOLD_ROW_ENTRIES, NATURAL_ROWS_PER_ENTRY
 
 __all__ = ["divide", "divide_dense", "divide_scalar", "result_dtype"]
-
-# Frames of more rows than this (and than the operands' entries) fold the keys instead.
-MAX_FRAME_ROWS = 1 << 22
-# Entries a row of a folded frame (see `_host.fold`).
-FOLD_ROW_ENTRIES = 4
 
 
 def _no_engine(*args: Any) -> Any:  # pragma: no cover - only the NumPy and CuPy kinds are asked
@@ -92,7 +89,7 @@ class _Frame:
     def __init__(self, shape: tuple[int, ...], nnz: int, natural: bool) -> None:
         self.shape = shape
         lead = math.prod(shape[:-1])
-        self.natural = natural or lead <= max(MAX_FRAME_ROWS, nnz)
+        self.natural = natural or lead <= max(NATURAL_ROWS_PER_ENTRY * nnz, 1 << 10)
         if self.natural:
             self.rows, self.ncols = lead, (shape[-1] if shape else 1)
         else:
