@@ -282,9 +282,11 @@ def _merge_block(
         if values:
             np.divide(cx.real[:m], cx.imag[:m], out=out)
         else:
+            # (mode "clip": the codes are in range, and the default mode's check with `out`
+            # buffers the whole gather, about 3x slower)
             at_x, at_y = cx.real[:m].astype(np.intp), cx.imag[:m].astype(np.intp)
-            np.take(bufs.padded("x", xs), at_x, axis=0, out=out)
-            np.divide(out, np.take(bufs.padded("y", ys), at_y, axis=0), out=out)
+            np.take(bufs.padded("x", xs), at_x, axis=0, out=out, mode="clip")
+            np.divide(out, np.take(bufs.padded("y", ys), at_y, axis=0, mode="clip"), out=out)
     return m
 
 
