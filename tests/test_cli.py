@@ -212,7 +212,7 @@ def test_full_adds_cases(monkeypatch):
     import importlib
 
     small = {
-        "sparse": {"CPU_CASES": [(300, 2_000, "float64")]},
+        "sparse": {"CPU_CASES": [(300, 2_000, "float64")], "PYDATA_CASES": [((10, 10, 5), 50)]},
         "distributions": {
             "CPU_DENSITY_CASES": [(500, 3, "float64")],
             "CPU_CDF_CASES": [(2, 3, 1e-3)],

@@ -21,7 +21,7 @@ from ..conftest import _load, _selected_backends
 SPARSE_BACKENDS = tuple(b for b in _selected_backends() if b in ("numpy", "cupy"))
 FORMATS = ("coo", "csr")
 CUPYX_DTYPES = ("float32", "float64", "complex64", "complex128")
-RTOL = {"float32": 1e-6, "float64": 1e-15, "complex64": 1e-5, "complex128": 1e-13}
+RTOL = {"float16": 1e-3, "float32": 1e-6, "float64": 1e-15, "complex64": 1e-5, "complex128": 1e-13}
 
 
 # ---- backends: building operands from host data and bringing results back -------------------
@@ -91,7 +91,7 @@ def canonical(e: Entries, shape) -> Entries:
 
 
 def index_arrays(a) -> tuple:
-    if a.format == "csr":
+    if a.format in ("csr", "csc", "bsr"):
         return (a.indices, a.indptr)
     return tuple(a.coords) if hasattr(a, "coords") else (a.row, a.col)
 
@@ -187,19 +187,21 @@ def reference(x: Entries, dx, y, dy, shape):
 
 
 def host_entries(lib, a):
-    """(data, coords) of a result on the host, checking the CSR structure on the way."""
+    """(data, coords) of a result on the host, in stored order, checking the CSR (CSC)
+    structure on the way."""
     data = lib.host(a.data)
-    if a.format != "csr":
+    if a.format not in ("csr", "csc"):
         return data, tuple(lib.host(c) for c in index_arrays(a))
     indices, indptr = lib.host(a.indices), lib.host(a.indptr)
-    nrows = a.shape[0] if len(a.shape) == 2 else 1
-    assert indptr.shape == (nrows + 1,)
+    nmajor = (a.shape[0] if a.format == "csr" else a.shape[1]) if len(a.shape) == 2 else 1
+    assert indptr.shape == (nmajor + 1,)
     assert indptr[0] == 0
     assert indptr[-1] == data.size == indices.size
     assert (np.diff(indptr) >= 0).all()
     if len(a.shape) == 1:
         return data, (indices,)
-    return data, (np.repeat(np.arange(nrows), np.diff(indptr)), indices)
+    major = np.repeat(np.arange(nmajor), np.diff(indptr))
+    return data, ((major, indices) if a.format == "csr" else (indices, major))
 
 
 def assert_values(got, want, dtype):
@@ -220,13 +222,21 @@ def assert_values(got, want, dtype):
     np.testing.assert_array_equal(np.signbit(got[zero]), np.signbit(want[zero]), "signs of zeros")
 
 
+def result_format(x) -> str:
+    """The format of ``divide(x, y)``: x's for CSR, CSC and COO, else CSR."""
+    return x.format if x.format in ("csr", "csc", "coo") else "csr"
+
+
 def assert_result(lib, out, x, mask, want, dtype):
-    """`out` has x's library, format and container, canonical form, dtype `dtype`, stores
-    exactly `mask` and holds `want` there."""
+    """`out` has x's library, format (`result_format`) and container kind, canonical form,
+    dtype `dtype`, stores exactly `mask` and holds `want` there."""
     dtype = np.dtype(dtype)
     assert out is not x
-    assert type(out) is type(x)
-    assert out.format == x.format
+    assert out.format == result_format(x)
+    if out.format == x.format:
+        assert type(out) is type(x)
+    else:  # the container kind of x (cupyx has only *_matrix classes)
+        assert type(out).__name__.endswith(type(x).__name__[3:])
     assert tuple(out.shape) == mask.shape
     assert out.dtype == dtype
     assert out.has_canonical_format
@@ -236,8 +246,11 @@ def assert_result(lib, out, x, mask, want, dtype):
     for c, n in zip(coords, mask.shape, strict=True):
         assert c.shape == data.shape
         assert ((c >= 0) & (c < n)).all(), "index out of bounds"
-    if data.size:
-        keys = np.ravel_multi_index(coords, mask.shape)
+    if data.size:  # sorted row-major (column-major for CSC), no duplicates
+        csc = out.format == "csc"
+        keys = np.ravel_multi_index(
+            coords[::-1] if csc else coords, mask.shape[::-1] if csc else mask.shape
+        )
         assert (np.diff(keys) > 0).all(), "indices not sorted, or duplicates"
     stored = np.zeros(mask.shape, dtype=bool)
     stored[coords] = True

@@ -16,6 +16,7 @@ from ._support import (
     assert_values,
     build,
     canonical,
+    random_entries,
     reference,
 )
 
@@ -221,3 +222,55 @@ def test_scalar_divisor_poisoned_on_gpu(cupy_only, fmt):
         y_host = y.get() if hasattr(y, "get") else y
         mask, want = reference(x, "float32", y_host, None, shape)
         assert_result(lib, out, xs, mask, want, "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "complex128"])
+@pytest.mark.parametrize("canonical_input", [False, True], ids=["raw", "canonical"])
+@pytest.mark.parametrize("fy", ["csc", "csr", "coo", "dia"])
+def test_csc_at_block_boundaries_on_gpu(cupy_only, fy, canonical_input, dtype, slots_cap):
+    """A CSC x (merged column by column on its own arrays; the transposed operands of
+    `_boundary_operands`) with a y of each format: a CSC result, against the reference."""
+    from .test_formats import make
+
+    lib = Lib("cupy")
+    rng = np.random.default_rng(14)
+    x, y, shape = _boundary_operands(rng)
+    x, y = Entries(x.data, x.coords[::-1]), Entries(y.data, y.coords[::-1])  # long columns
+    shape = shape[::-1]
+    if canonical_input:
+        x, y = canonical(x, shape), canonical(y, shape)
+    if dtype.startswith("complex"):
+        x.data = x.data + 1j * rng.integers(-3, 4, x.data.size)
+        y.data = y.data - 1j * rng.integers(1, 4, y.data.size)
+    if fy == "dia":  # a diagonal (DIA stores whole diagonals), nonzero
+        k = np.arange(min(shape))
+        y = Entries(k + 1.0, (k, k))
+    xs = make(lib, "csc", x, shape, dtype=dtype)
+    ys = make(lib, fy, y, shape, dtype=dtype)
+    _poison_pool(cupy_only, 64 * (x.data.size + y.data.size) + 8 * shape[1])
+    out = xpops.sparse.divide(xs, ys)
+    assert out.format == "csc"
+    mask, want = reference(x, dtype, y, dtype, shape)
+    assert_result(lib, out, xs, mask, want, dtype)
+
+
+def test_large_csc_matches_the_host_on_gpu(cupy_only):
+    """CSC operands of 1e6 entries (not canonical: duplicates, unsorted rows in each column):
+    the GPU's result equals SciPy's engine's, entry for entry."""
+    import scipy.sparse as sp
+
+    from .test_formats import make
+
+    host, lib = Lib("numpy"), Lib("cupy")
+    rng = np.random.default_rng(15)
+    shape = (3000, 4000)
+    x = random_entries(rng, shape, 10**6, zeros=1e-3)
+    y = random_entries(rng, shape, 10**6, zeros=1e-3)
+    xh, yh = make(host, "csc", x, shape, kind="matrix"), make(host, "csc", y, shape, kind="matrix")
+    want = xpops.sparse.divide(xh, yh)
+    got = xpops.sparse.divide(lib.sparse.csc_matrix(xh), lib.sparse.csc_matrix(yh))
+    assert isinstance(want, sp.csc_matrix)
+    assert got.format == "csc"
+    np.testing.assert_array_equal(lib.host(got.indptr), want.indptr)
+    np.testing.assert_array_equal(lib.host(got.indices), want.indices)
+    np.testing.assert_array_equal(lib.host(got.data), want.data)

@@ -34,7 +34,7 @@ def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, help
 
     from xpops._lib import _scipy_sparse
     from xpops._lib._threads import Helper
-    from xpops.sparse import _scipy as engine
+    from xpops.sparse import _host as engine
 
     monkeypatch.setattr(engine, "BLOCK_ENTRIES", 37)
     monkeypatch.setattr(engine, "HELPER_MIN_ENTRIES", 0)

@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _compat
 
-__all__ = ["bridge", "engine_for", "fast_tensors"]
+__all__ = ["bridge", "check_device", "engine_for", "fast_tensors", "on_device"]
 
 # The dtypes every own engine takes, by NumPy's ``dtype.char``.
 _DTYPES = {"f": "float32", "d": "float64", "F": "complex64", "D": "complex128"}
@@ -121,6 +121,32 @@ def engine_for(values: Iterable[Any]) -> tuple[str, int]:
     if device.type == "cuda" and device.index is not None and device.index < _cupy_devices():
         return "cupy", device.index
     return "generic", -1
+
+
+def on_device(engines: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
+    """The NumPy engine of `engines` (an `Engines` table) for a CPU `device`, its CuPy engine
+    for a CUDA device that CuPy sees, run on `args` and `kwargs` with their tensors handed
+    over by DLPack as in `bridge`, whatever their dtype (one that NumPy has) and size: for an
+    op whose tensors are the parts of a tensor that `bridge` does not take (the index and
+    value arrays of a sparse tensor). NotImplementedError for any other device."""
+    check_device(device)
+    if device.type == "cpu":
+        return _on_numpy(engines["numpy"], args, kwargs)
+    return _on_cupy(engines["cupy"], device.index, args, kwargs)
+
+
+def check_device(device: Any) -> None:
+    """NotImplementedError unless `device` is the CPU or a CUDA device that CuPy sees (what
+    `on_device` takes)."""
+    if device.type == "cpu":
+        return
+    if device.type == "cuda" and device.index is not None and device.index < _cupy_devices():
+        return
+    msg = (
+        f"xpops runs on PyTorch's CPU tensors and on CUDA tensors of a device that CuPy sees, "
+        f"got a tensor on {device}"
+    )
+    raise NotImplementedError(msg)
 
 
 @functools.cache
@@ -256,9 +282,30 @@ def _from_cupy(out: Any) -> Any:
         return tuple(_from_cupy(o) for o in out)
     if not isinstance(out, cupy.ndarray):
         return out
+    torch = sys.modules["torch"]
+    if out.size == 0:  # no memory to hand over (and a null pointer DLPack may refuse)
+        dtype = torch.from_numpy(_numpy_empty(out.dtype)).dtype
+        return torch.empty(out.shape, dtype=dtype, device=f"cuda:{out.device.id}")
     if _negative_strides(out):
         out = out.copy()
-    return sys.modules["torch"].from_dlpack(out)
+    return torch.from_dlpack(out)
+
+
+def _numpy_empty(dtype: Any) -> Any:
+    """An empty NumPy array of `dtype` (for PyTorch's dtype of a NumPy dtype)."""
+    import numpy as np
+
+    return np.empty(0, dtype=dtype)
+
+
+def _cupy_view(t: Any) -> Any:
+    """A CuPy view of CUDA tensor `t`; a new empty array for a zero-size one (no memory to
+    share)."""
+    cupy = sys.modules["cupy"]
+    if t.numel() == 0:
+        dtype = _numpy_view(t.new_empty(0, device="cpu")).dtype
+        return cupy.empty(tuple(t.shape), dtype=dtype)
+    return cupy.from_dlpack(_exportable(t))
 
 
 def _on_cupy(
@@ -266,5 +313,5 @@ def _on_cupy(
 ) -> Any:
     cupy = sys.modules["cupy"]  # imported by `_cupy_devices`
     with cupy.cuda.Device(index), _cupy_stream(cupy, index):
-        args, kwargs = _convert(args, kwargs, lambda t: cupy.from_dlpack(_exportable(t)), "cupy")
+        args, kwargs = _convert(args, kwargs, _cupy_view, "cupy")
         return _from_cupy(engine(*args, **kwargs))

@@ -2,9 +2,14 @@
 
 The bytes that must move: both operands' indices, values and row pointers read once, and the
 result's written once. The peers are the same merge done by the library's own ``x + y``
-(cuSPARSE ``csrgeam`` in cupyx, compiled ``csr_plus_csr`` in SciPy) and the libraries' own
-sparse division, which densifies (SciPy, cupyx) or refuses (PyTorch): the runner reports such
-failures by exception name.
+(cuSPARSE ``csrgeam`` in cupyx, compiled ``csr_plus_csr`` in SciPy, numba-compiled in pydata
+sparse, PyTorch's sparse addition) and the libraries' own sparse division, which densifies
+(SciPy, cupyx), keeps the dense semantics with a ``nan`` fill value (pydata) or refuses
+(PyTorch): the runner reports such failures by exception name.
+
+On the GPU, the cupyx operands are also divided as PyTorch tensors on the same memory (COO and
+CSR), next to PyTorch's own ``x + y`` on them: the cost of the PyTorch engine's layout work
+around the same kernels.
 """
 
 import functools
@@ -21,6 +26,9 @@ CPU_CASES = [(20_000, 400_000, "float64"), (20_000, 400_000, "float32")]
 # The default run on the CPU: SciPy's x/y densifies (3.2 GB a call at n = 20_000), so the
 # default case is smaller; --full adds CPU_CASES.
 CPU_DEFAULT_CASES = [(5_000, 100_000, "float64")]
+# pydata sparse, on the CPU: (shape, entries in each operand), the issue's 3-D COO case. Its
+# x / y peer (1.7 s a call on two cores) runs with --full.
+PYDATA_CASES = [((1000, 1000, 100), 1_000_000)]
 
 
 def operands_gpu(n: int, nnz: int, dtype: str) -> tuple[Any, Any]:
@@ -70,10 +78,99 @@ def _torch_peer(backend: str, x: Any, y: Any) -> dict[str, Any]:
     return {"torch": lambda: tx / ty}
 
 
-def cases(backend: str, full: bool = False) -> list[Case]:
+def _torch_cases(x: Any, y: Any, label: str, nbytes: int) -> list[Case]:
+    """The cupyx operands `x`, `y` (canonical CSR) as PyTorch CUDA tensors on their memory:
+    COO (int64 indices, coalesced) and CSR (cupyx's int32 indices); PyTorch's x + y peers."""
+    try:
+        import torch
+    except ImportError:
+        return []
+    if not torch.cuda.is_available():
+        return []
+    import cupy
+
+    import xpops
+
+    def as_csr(m: Any) -> Any:
+        crow, col, val = (torch.from_dlpack(a) for a in (m.indptr, m.indices, m.data))
+        with warnings.catch_warnings():  # torch's notes that sparse CSR is in beta
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.sparse_csr_tensor(crow, col, val, size=m.shape, check_invariants=False)
+
+    def as_coo(m: Any) -> Any:
+        rows = cupy.searchsorted(m.indptr[1:], cupy.arange(m.nnz), side="right")
+        indices = cupy.stack([rows.astype(cupy.int64), m.indices.astype(cupy.int64)])
+        return torch.sparse_coo_tensor(
+            torch.from_dlpack(indices), torch.from_dlpack(m.data), size=m.shape,
+            is_coalesced=True, check_invariants=False,
+        )  # fmt: skip
+
+    out = []
+    for layout, make in (("COO", as_coo), ("CSR", as_csr)):
+        tx, ty = make(x), make(y)
+        out.append(
+            Case(
+                op="sparse.divide",
+                label=label.replace("CSR", f"torch {layout}"),
+                nbytes=nbytes,
+                bandwidth="copy",
+                run=functools.partial(xpops.sparse.divide, tx, ty),
+                peers={"torch x+y": functools.partial(operator.add, tx, ty)},
+            )
+        )
+    return out
+
+
+def _pydata_cases(full: bool) -> list[Case]:
+    """pydata sparse COO arrays (skipped without pydata sparse installed)."""
+    try:
+        import sparse
+    except ImportError:
+        return []
+    import numpy as np
+
     import xpops
 
     out = []
+    for shape, nnz in PYDATA_CASES:
+        rng = np.random.default_rng(0)
+
+        def values(k: int, rng: Any = rng) -> Any:
+            return rng.random(k) + 0.5  # no stored zeros
+
+        x, y = (
+            sparse.random(shape, nnz=nnz, random_state=seed, data_rvs=values) for seed in (0, 1)
+        )
+        union = xpops.sparse.divide(x, y).nnz
+        nbytes = (x.nnz + y.nnz + union) * (8 + 8 * len(shape))  # values and coordinates
+        peers: dict[str, Callable[[], Any]] = {"pydata x+y": functools.partial(operator.add, x, y)}
+        if full:
+            peers["pydata x/y"] = functools.partial(_quiet_divide, x, y)
+        label = f"{'x'.join(map(str, shape))} pydata COO, {nnz / 1e6:.1f}M + {nnz / 1e6:.1f}M "
+        out.append(
+            Case(
+                op="sparse.divide",
+                label=label + "entries float64",
+                nbytes=nbytes,
+                bandwidth="copy",
+                run=functools.partial(xpops.sparse.divide, x, y),
+                peers=peers,
+            )
+        )
+    return out
+
+
+def _quiet_divide(x: Any, y: Any) -> Any:
+    import numpy as np
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return x / y
+
+
+def cases(backend: str, full: bool = False) -> list[Case]:
+    import xpops
+
+    out = [] if backend == "cupy" else _pydata_cases(full)
     chosen = GPU_CASES if backend == "cupy" else CPU_DEFAULT_CASES + (CPU_CASES if full else [])
     for n, nnz, dtype in chosen:
         if backend == "cupy":
@@ -91,16 +188,19 @@ def cases(backend: str, full: bool = False) -> list[Case]:
             f"{lib} x/y": functools.partial(operator.truediv, x, y),
         }
         peers.update(_torch_peer(backend, x, y))
+        label = f"{n}x{n} CSR, {x.nnz / 1e6:.1f}M + {y.nnz / 1e6:.1f}M entries {dtype}"
         out.append(
             Case(
                 op="sparse.divide",
-                label=f"{n}x{n} CSR, {x.nnz / 1e6:.1f}M + {y.nnz / 1e6:.1f}M entries {dtype}",
+                label=label,
                 nbytes=nbytes,
                 bandwidth="copy",
                 run=functools.partial(xpops.sparse.divide, x, y),
                 peers=peers,
             )
         )
+        if backend == "cupy":
+            out.extend(_torch_cases(x, y, label, nbytes))
     return out
 
 

@@ -1,5 +1,11 @@
 """CuPy engine of sparse.divide: cupyx operands, divided by the kernels of `_cupyx_kernels`
-(the families `_cupyx_match` and `_cupyx_fill`).
+(the families `_cupyx_match` and `_cupyx_fill`), and the CSR arrays of PyTorch's CUDA tensors
+(`divide_csr`, called by `_torch` through DLPack on PyTorch's current stream).
+
+The result's layout follows `x`: a CSC `x` is divided as the CSR rows of its transpose (a
+column-wise merge on the CSC operand's own arrays) and gives a CSC result; a CSR or COO `x`
+as CSR rows. A DIA operand is converted by cupyx's ``tocsr()`` (``tocsc()`` next to a CSC
+`x`) and a DIA `x` gives a CSR result; a `y` of another format is converted to x's layout.
 
 Both operands are brought to canonical CSR of the result's dtype. Operands that are not
 canonical (COO, unsorted or repeated positions) are sorted and summed first by the kernel
@@ -10,7 +16,8 @@ placed entries (the first kernel starts about 45 us after the call), where cuSPA
 ``csrgeam`` (cupyx's ``x + y``) takes 4.7 ms.
 """
 
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
 import cupy
 import cupyx.scipy.sparse as csp
@@ -23,7 +30,7 @@ from ._cupyx_fill import fill_kernels
 from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS
 from ._cupyx_match import match_kernels
 
-__all__ = ["divide", "divide_scalar"]
+__all__ = ["divide", "divide_csr", "divide_dense", "divide_scalar"]
 
 SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
 BLOCKS_PER_SM = 32  # grid-stride kernels: enough resident blocks to fill the device
@@ -92,14 +99,6 @@ def _make_csr(data, indices, indptr, shape) -> Any:
     return out
 
 
-def _finish(x: Any, out: Any) -> Any:
-    """`out` (canonical CSR) in the format of `x`."""
-    if x.format == "coo":
-        out = out.tocoo()
-        out.has_canonical_format = True
-    return out
-
-
 def _values(a, a_value, b, b_step, b_value, n, dtype) -> cupy.ndarray:
     """``a / b`` elementwise over `n` values; None for `a` or `b` stands for the value."""
     out = cupy.empty(n, dtype=dtype)
@@ -117,22 +116,21 @@ def _values(a, a_value, b, b_step, b_value, n, dtype) -> cupy.ndarray:
     return out
 
 
-def divide(x: Any, y: Any) -> Any:
-    """x / y of two cupyx COO/CSR matrices of one shape; arguments validated."""
-    dtype = quotient_dtype(x.dtype, y.dtype)
-    xc, yc = _canonical_csr(x, dtype), _canonical_csr(y, dtype)
+def _union(xc: Any, yc: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
+    """(data, indices, indptr) of xc / yc, two canonical CSR matrices (or `_Arrays`) of one
+    shape and of `dtype`, on the union of their patterns; the index dtype is the wider of
+    theirs."""
     index = np.promote_types(xc.indices.dtype, yc.indices.dtype)
     xptr, xidx, yptr, yidx = (
         a if a.dtype == index else a.astype(index)
         for a in (xc.indptr, xc.indices, yc.indptr, yc.indices)
     )
-    rows = x.shape[0]
+    rows = xc.shape[0]
     nx, ny = int(xidx.size), int(yidx.size)
     match, fill = match_kernels(index.name), fill_kernels(dtype.name, index.name)
 
     if nx == 0:  # the pattern of y, 0 / y
-        data = _values(None, 0, yc.data, 1, 0, ny, dtype)
-        return _finish(x, _make_csr(data, yidx.copy(), yptr.copy(), x.shape))
+        return _values(None, 0, yc.data, 1, 0, ny, dtype), yidx.copy(), yptr.copy()
     # Host work before a launch leaves the GPU idle: launch first, allocate the rest after.
     tiles = -(-nx // (32 * ITEMS))
     n_x, n_y = np.int64(nx), np.int64(ny)
@@ -166,17 +164,90 @@ def divide(x: Any, y: Any) -> Any:
     fill["fill"](_grid(32 * tiles), (THREADS,), args)
     args = (yidx, yc.data, queued, queue, indices, data)
     fill["runs"]((BLOCKS_PER_SM * multiprocessors(),), (THREADS,), args)
-    out = _make_csr(data, indices, indptr, x.shape)  # host work while the kernels run
     nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
     if nnz < (nx + ny) // 2:  # do not keep more than twice the memory the result needs
-        out.indices, out.data = indices[:nnz].copy(), data[:nnz].copy()
+        return data[:nnz].copy(), indices[:nnz].copy(), indptr
+    return data[:nnz], indices[:nnz], indptr
+
+
+def _transposed(a: Any) -> Any:
+    """The CSR matrix of the transpose of CSC matrix `a`, on a's arrays (cupyx's cached
+    canonical-format checks carried over)."""
+    out = csp.csr_matrix((a.shape[1], a.shape[0]), dtype=a.dtype)
+    out.data, out.indices, out.indptr = a.data, a.indices, a.indptr
+    for flag in ("_has_canonical_format", "_has_sorted_indices"):
+        if hasattr(a, flag):
+            setattr(out, flag, getattr(a, flag))
+        elif hasattr(out, flag):
+            delattr(out, flag)
+    return out
+
+
+def _coo_of(a: Any, transpose: bool) -> Any:
+    """A COO matrix of `a` (COO, CSR or CSC), or of its transpose, on a's values in stored
+    order (sorted and summed later by `_summed_csr`), built without cupyx's checks."""
+    if a.format == "coo":
+        rows, cols = a.row, a.col
     else:
-        out.indices, out.data = indices[:nnz], data[:nnz]
-    return _finish(x, out)
+        major = cupy.searchsorted(a.indptr[1:], cupy.arange(a.indices.size), side="right")
+        major = major.astype(a.indices.dtype)
+        rows, cols = (major, a.indices) if a.format == "csr" else (a.indices, major)
+    if transpose:
+        rows, cols = cols, rows
+    shape = a.shape[::-1] if transpose else a.shape
+    out = csp.coo_matrix(shape, dtype=a.dtype)
+    out.data, out.row, out.col = a.data, rows, cols
+    out.has_canonical_format = False
+    return out
+
+
+def _in_layout(a: Any, columns: bool, dtype: np.dtype) -> Any:
+    """Operand `a` as canonical CSR of `dtype`: of `a` itself (rows), or of its transpose
+    (`columns`, next to a CSC `x`); never modifying `a`.
+
+    cuSPARSE's transposition (cupyx's ``tocsc()`` of a CSR, ``tocsr()`` of a CSC) converts a
+    canonical operand; cupyx's conversions of a COO or of a compressed operand that is not
+    canonical sum duplicates from +0 (turning a lone -0.0 into +0.0), so those go through a
+    COO of the right orientation and `_summed_csr` instead."""
+    if a.format == "dia":
+        a = a.tocsc() if columns else a.tocsr()  # DIA has no repeated positions
+    if columns:
+        if a.format == "csc":
+            return _canonical_csr(_transposed(a), dtype)
+        if a.format == "csr" and a.has_canonical_format:
+            return _canonical_csr(_transposed(a.tocsc()), dtype)
+        return _summed_csr(_coo_of(a, True), dtype)
+    if a.format in ("csr", "coo"):
+        return _canonical_csr(a, dtype)
+    if a.has_canonical_format:  # CSC
+        return _canonical_csr(a.tocsr(), dtype)
+    return _summed_csr(_coo_of(a, False), dtype)
+
+
+def _finish(x: Any, columns: bool, data: Any, indices: Any, indptr: Any) -> Any:
+    """The result of arrays (data, indices, indptr) in x's format (CSR for DIA)."""
+    if columns:
+        out = csp.csc_matrix(x.shape, dtype=data.dtype)
+        out.data, out.indices, out.indptr = data, indices, indptr
+        out.has_canonical_format = True
+        return out
+    out = _make_csr(data, indices, indptr, x.shape)
+    if x.format == "coo":
+        out = out.tocoo()
+        out.has_canonical_format = True
+    return out
+
+
+def divide(x: Any, y: Any) -> Any:
+    """x / y of two cupyx operands of one shape; arguments validated."""
+    dtype = quotient_dtype(x.dtype, y.dtype)
+    columns = x.format == "csc"
+    xc, yc = _in_layout(x, columns, dtype), _in_layout(y, columns, dtype)
+    return _finish(x, columns, *_union(xc, yc, dtype))
 
 
 def divide_scalar(x: Any, y: Any) -> Any:
-    """x / y for a cupyx COO/CSR `x` and a scalar (or 0-d array) `y`: the pattern of `x`."""
+    """x / y for a cupyx operand `x` and a scalar (or 0-d array) `y`: the pattern of `x`."""
     on_device = isinstance(y, cupy.ndarray)
     if on_device:
         dtype = quotient_dtype(x.dtype, y.dtype)
@@ -185,10 +256,73 @@ def divide_scalar(x: Any, y: Any) -> Any:
         with np.errstate(all="ignore"):
             dtype = (np.ones(1, dtype=x.dtype) / y).dtype
             y = dtype.type(y)
-    xc = _canonical_csr(x, dtype)
+    columns = x.format == "csc"
+    xc = _in_layout(x, columns, dtype)
     n = int(xc.data.size)
     if on_device:  # a 0-d device divisor is read by the kernel: no synchronisation
         data = _values(xc.data, 0, y.astype(dtype).reshape(1), 0, 0, n, dtype)
     else:
         data = _values(xc.data, 0, None, 0, y, n, dtype)
-    return _finish(x, _make_csr(data, xc.indices.copy(), xc.indptr.copy(), x.shape))
+    return _finish(x, columns, data, xc.indices.copy(), xc.indptr.copy())
+
+
+def divide_dense(x: Any, y: Any) -> Any:
+    """x / y for a cupyx operand `x` and a dense CuPy array `y` of x's shape: the pattern of
+    `x`, each stored value divided by y's value at its position."""
+    dtype = quotient_dtype(x.dtype, y.dtype)
+    columns = x.format == "csc"
+    xc = _in_layout(x, columns, dtype)
+    n = int(xc.data.size)
+    major = cupy.searchsorted(xc.indptr[1:], cupy.arange(n), side="right")
+    at = y[xc.indices, major] if columns else y[major, xc.indices]
+    data = _values(xc.data, 0, cupy.ascontiguousarray(at, dtype=dtype), 1, 0, n, dtype)
+    return _finish(x, columns, data, xc.indices.copy(), xc.indptr.copy())
+
+
+class _Arrays(NamedTuple):
+    """Canonical CSR arrays, as `_union` reads them from a matrix."""
+
+    data: Any
+    indices: Any
+    indptr: Any
+    shape: tuple[int, int]
+
+
+def _expanded(indptr: Any, indices: Any, values: Any, size: int) -> tuple[Any, Any, Any]:
+    """CSR arrays whose entries hold `size` values each, as arrays of one value an entry: the
+    k-th value of the entry at column ``j`` goes to column ``j * size + k``."""
+    offsets = cupy.arange(size, dtype=np.int64)
+    wide = (indices.astype(np.int64)[:, None] * size + offsets).reshape(-1)
+    return indptr.astype(np.int64) * size, wide, values.reshape(-1)
+
+
+def divide_csr(
+    xptr: Any, xidx: Any, xv: Any, yptr: Any, yidx: Any, yv: Any, ncols: int, dtype: Any
+) -> tuple[Any, Any, Any]:
+    """(indptr, indices, values) of x / y for the canonical CSR arrays of two operands of one
+    shape (``xv``, ``yv``: the values, one or a block of them an entry, of the result's
+    `dtype`), on the union of their patterns: the engine of PyTorch's CUDA tensors (`_torch`).
+
+    Blocks of values (the dense dimensions of a hybrid tensor) are divided as entries of one
+    value each, ``size`` columns an entry, so that the kernels stay those of cupyx operands.
+    """
+    dtype = np.dtype(dtype)
+    # the kernels read raw pointers: contiguous arrays (views of PyTorch's tensors may not be)
+    xptr, xidx, xv, yptr, yidx, yv = map(cupy.ascontiguousarray, (xptr, xidx, xv, yptr, yidx, yv))
+    block = tuple(xv.shape[1:])
+    size = math.prod(block)
+    rows = int(xptr.size) - 1
+    if block:
+        xptr, xidx, xv = _expanded(xptr, xidx, xv, size)
+        yptr, yidx, yv = _expanded(yptr, yidx, yv, size)
+        ncols *= size
+    # int32 indices where every size fits (PyTorch's COO indices are int64): half the index
+    # traffic of the kernels, for a cast of each index array
+    if max(int(xidx.size) + int(yidx.size), ncols, rows + 1) <= INT32_MAX:
+        xptr, xidx, yptr, yidx = (a.astype(np.int32, copy=False) for a in (xptr, xidx, yptr, yidx))
+    xc = _Arrays(xv.astype(dtype, copy=False), xidx, xptr, (rows, ncols))
+    yc = _Arrays(yv.astype(dtype, copy=False), yidx, yptr, (rows, ncols))
+    data, indices, indptr = _union(xc, yc, dtype)
+    if block:  # every block is stored whole: its first column tells its entry
+        return indptr // size, indices[::size] // size, data.reshape(-1, *block)
+    return indptr, indices, data

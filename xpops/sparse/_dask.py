@@ -3,9 +3,11 @@
 The Dask operands are checked here (`_check_operands`), before the graph is built: the type of
 their chunks as the contract checks an in-memory operand's type, taken from the array's meta,
 or from its first chunk where the meta is an ndarray (Dask shows chunks that it cannot slice,
-such as SciPy's COO matrices, as an ndarray meta, just as it shows dense chunks). Each chunk
-also goes through the contract's checks (`_common.check_operands`) before its in-memory engine
-(SciPy or cupyx, by the chunk's library, `_lib._dask.chunk_engine`).
+such as SciPy's COO matrices, as an ndarray meta, just as it shows dense chunks). A divisor
+may be a Dask array of dense chunks of x's library (NumPy for SciPy and pydata chunks, CuPy for
+cupyx ones), chunked as `x`. Each chunk also goes through the contract's checks
+(`_common.check_operands`) before its in-memory engine (SciPy, cupyx or pydata, by the chunk's
+library, `_lib._dask.chunk_engine`).
 """
 
 from typing import Any
@@ -18,12 +20,17 @@ from .._lib._dispatch import Engines
 from .._lib._names import type_name
 from ._common import (
     CUPYX,
+    DENSE,
+    PYDATA,
+    SCALAR,
     SCIPY,
+    SPARSE,
     check_numeric,
     check_operands,
     check_same_shape,
     check_scalar,
     check_sparse,
+    is_dense,
     is_scalar,
     library,
 )
@@ -40,28 +47,32 @@ def _no_chunk_engine(a: Any, b: Any) -> Any:
     raise TypeError(msg)
 
 
-# The in-memory engines of a chunk (sparse / sparse, sparse / scalar), by the chunk's library.
-_CHUNK_ENGINES = Engines(
-    __package__,
-    numpy="._scipy:divide",
-    cupy="._cupyx:divide",
-    dask=_no_chunk_engine,
-    generic=_no_chunk_engine,
-)
-_SCALAR_CHUNK_ENGINES = Engines(
-    __package__,
-    numpy="._scipy:divide_scalar",
-    cupy="._cupyx:divide_scalar",
-    dask=_no_chunk_engine,
-    generic=_no_chunk_engine,
-)
+def _chunk_engines(suffix: str) -> Engines:
+    """The in-memory engines of a chunk (`divide` with `suffix`), by the chunk's library:
+    SciPy's chunks go to the NumPy kind, cupyx's to the CuPy kind, pydata's to the generic
+    kind (`_lib._dask.chunk_engine`)."""
+    return Engines(
+        __package__,
+        numpy=f"._scipy:divide{suffix}",
+        cupy=f"._cupyx:divide{suffix}",
+        dask=_no_chunk_engine,
+        generic=f"._pydata:divide{suffix}",
+    )
+
+
+# The in-memory engines of a chunk, by the form of its divisor.
+_CHUNK_ENGINES = {
+    SPARSE: _chunk_engines(""),
+    SCALAR: _chunk_engines("_scalar"),
+    DENSE: _chunk_engines("_dense"),
+}
 
 
 def _divide_chunk(a: Any, b: Any) -> Any:
     """``divide(a, b)`` of two in-memory chunks (or a chunk and a scalar), checked as the
     contract checks its operands."""
-    _, scalar = check_operands(a, b)
-    return chunk_engine(_SCALAR_CHUNK_ENGINES if scalar else _CHUNK_ENGINES, a)(a, b)
+    _, form = check_operands(a, b)
+    return chunk_engine(_CHUNK_ENGINES[form], a)(a, b)
 
 
 def divide(x: Any, y: Any) -> Any:
@@ -90,9 +101,15 @@ def _dtype(x: Any, y: Any) -> Any:
 
 
 def _meta(x: Any, y: Any) -> Any:
-    """The result's meta: a sparse one when both metas are sparse (or y a scalar)."""
-    if library(x._meta) is not None and (library(y) is not None or not _is_array_like(y)):
+    """The result's meta: a sparse meta like x's where x's meta is sparse (x's meta, with the
+    quotient's dtype, from a dense or ndarray divisor meta)."""
+    kind = library(x._meta)
+    if kind is None:
+        return x._meta
+    if library(y) is not None or not _is_array_like(y):
         return _divide_chunk(x._meta, y)
+    if is_dense(y, kind):
+        return _divide_chunk(x._meta, y.reshape(x._meta.shape))
     return x._meta
 
 
@@ -100,32 +117,36 @@ def _is_array_like(a: Any) -> bool:
     return hasattr(a, "shape") and getattr(a, "ndim", 0) > 0
 
 
-def _check_chunks(a: Any, name: str) -> tuple[str, Any]:
-    """The library of the chunks of Dask array `a`, checked as an in-memory operand is, and a
-    sample of them (the meta, or the first chunk).
-
-    A sparse meta shows the chunks' type. An ndarray meta is what Dask shows both for dense
-    chunks and for chunks it cannot slice (SciPy's COO matrices): there the first chunk is
-    computed to tell them apart (the cost of one chunk; the other chunks are checked when
-    they are computed)."""
+def _first_chunk(a: Any) -> Any:
+    """The meta of Dask array `a`, or its first chunk where the meta is an ndarray (dense
+    chunks, or chunks Dask cannot slice such as SciPy's COO matrices: the cost of computing one
+    chunk to tell them apart; the other chunks are checked when they are computed)."""
     sample = a._meta
     if isinstance(sample, np.ndarray):
         sample = a.to_delayed().ravel()[0].compute()
+    return sample
+
+
+def _check_chunks(a: Any, name: str) -> tuple[str, Any]:
+    """The library of the sparse chunks of Dask array `a`, checked as an in-memory operand is,
+    and a sample of them (the meta, or the first chunk)."""
+    sample = _first_chunk(a)
     kind = check_sparse(sample, name, "'s chunks")
     check_numeric(a.dtype, f"`{name}`")
     return kind, sample
 
 
 def _check_operands(x: Any, y: Any) -> bool:
-    """Validate Dask operands whose chunks are sparse; whether `y` is a scalar."""
+    """Validate Dask operands whose chunks are sparse (a divisor's dense); whether `y` is a
+    scalar."""
     if not is_dask_array(x):
         msg = f"`y` is a Dask array, so `x` must be one too, got {type_name(x)}"
         raise TypeError(msg)
     if not is_dask_array(y):
-        if not (is_scalar(y, SCIPY) or is_scalar(y, CUPYX)):
+        if not any(is_scalar(y, kind) for kind in (SCIPY, CUPYX, PYDATA)):
             msg = (
-                f"`x` is a Dask array, so `y` must be a Dask array of sparse chunks or a "
-                f"scalar, got {type_name(y)}"
+                f"`x` is a Dask array, so `y` must be a Dask array (of sparse chunks, or of "
+                f"dense chunks of x's shape) or a scalar, got {type_name(y)}"
             )
             raise TypeError(msg)
         kind, _ = _check_chunks(x, "x")
@@ -137,14 +158,19 @@ def _check_operands(x: Any, y: Any) -> bool:
             raise TypeError(msg)
         check_scalar(y)
         return True
-    check_same_shape(x, y)
+    check_same_shape(x, y, dense=library(y._meta) is None)
     if x.chunks != y.chunks:
         msg = (
             f"`x` and `y` must be chunked the same way (the division is chunk by chunk), got "
             f"{x.chunks} and {y.chunks}; rechunk one of them, e.g. y = y.rechunk(x.chunks)"
         )
         raise ValueError(msg)
-    (x_kind, x_sample), (y_kind, y_sample) = _check_chunks(x, "x"), _check_chunks(y, "y")
+    x_kind, x_sample = _check_chunks(x, "x")
+    y_sample = _first_chunk(y)
+    if is_dense(y_sample, x_kind):
+        check_numeric(y.dtype, "`y`")
+        return False
+    y_kind, y_sample = _check_chunks(y, "y")
     if x_kind != y_kind:
         msg = (
             f"`x` and `y` must have chunks of the same library, got chunks of "

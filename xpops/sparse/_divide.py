@@ -2,74 +2,102 @@
 
 from typing import Any
 
+from .._autodiff import _torch as _autograd
 from .._lib._dispatch import Engines, dispatch_kind
 from .._lib._typing import ArrayT
-from ._common import check_operands
+from ._common import DENSE, SCALAR, SPARSE, TORCH, check_operands
 
 __all__ = ["divide"]
 
 
-def _unsupported(x: Any, y: Any) -> Any:
-    """The generic engine: none, since only SciPy, cupyx and Dask operands pass validation."""
-    msg = "xpops.sparse.divide has no engine for this library's operands"
-    raise NotImplementedError(msg)
-
-
-# The engines of sparse / sparse and of sparse / scalar. Sparse operands have no array-API
-# namespace: validation names the engine kind from the operand's library instead.
-_ENGINES = Engines(
-    __package__,
-    numpy="._scipy:divide",
-    cupy="._cupyx:divide",
-    dask="._dask:divide",
-    generic=_unsupported,
-)
-_SCALAR_ENGINES = Engines(
-    __package__,
-    numpy="._scipy:divide_scalar",
-    cupy="._cupyx:divide_scalar",
-    dask="._dask:divide",
-    generic=_unsupported,
-)
+# The engines of each form of divisor, by the library of the operands (see `_common`): SciPy
+# (numpy), cupyx (cupy), PyTorch's sparse tensors (torch), pydata sparse (generic), Dask.
+_ENGINES = {
+    SPARSE: Engines(
+        __package__,
+        numpy="._scipy:divide",
+        cupy="._cupyx:divide",
+        dask="._dask:divide",
+        torch="._torch:divide",
+        generic="._pydata:divide",
+    ),
+    SCALAR: Engines(
+        __package__,
+        numpy="._scipy:divide_scalar",
+        cupy="._cupyx:divide_scalar",
+        dask="._dask:divide",
+        torch="._torch:divide_scalar",
+        generic="._pydata:divide_scalar",
+    ),
+    DENSE: Engines(
+        __package__,
+        numpy="._scipy:divide_dense",
+        cupy="._cupyx:divide_dense",
+        dask="._dask:divide",
+        torch="._torch:divide_dense",
+        generic="._pydata:divide_dense",
+    ),
+}
 
 
 def divide(x: ArrayT, y: Any, /) -> ArrayT:
-    r"""Element-wise ``x / y`` of two sparse matrices that stays sparse.
+    r"""Element-wise ``x / y`` of two sparse arrays that stays sparse.
 
     The result stores exactly the union of the two stored patterns; positions stored in
     neither operand stay implicit zeros. Nothing is ever densified.
 
     Parameters
     ----------
-    x : sparse array or matrix
-        Dividend: a COO or CSR ``scipy.sparse`` array or matrix (NumPy backend), or a COO or
-        CSR ``cupyx.scipy.sparse`` matrix (CuPy backend). Any numeric dtype; 1-D CSR and N-D
-        COO arrays where SciPy has them.
-    y : sparse array or matrix, or scalar
-        Divisor: a sparse operand of the same library and shape as `x` (converted to the
-        format of `x` when it differs), or a scalar (a Python or NumPy number, a 0-d NumPy
-        array, or with cupyx a 0-d CuPy array), by which only the stored values of `x` are
+    x : sparse array, matrix or tensor
+        Dividend, of any numeric dtype:
+
+        * a ``scipy.sparse`` array or matrix of any format (NumPy backend): CSR, CSC and COO
+          (1-D CSR and N-D COO arrays where SciPy has them) are divided as they are; BSR,
+          DOK, LIL and DIA are converted by SciPy's ``tocsr()`` first;
+        * a ``cupyx.scipy.sparse`` matrix (CuPy backend): CSR, CSC, COO, or DIA (converted);
+        * a pydata ``sparse`` ``COO`` or ``GCXS`` array of any number of dimensions, with
+          ``fill_value`` 0;
+        * a PyTorch sparse tensor, on the CPU or a CUDA device: COO of any ``sparse_dim``
+          (hybrid tensors: the trailing dense dimensions of each stored sparse position are
+          divided element by element), or CSR (2-D, batched, hybrid).
+    y : sparse array, matrix or tensor, dense array, or scalar
+        Divisor: a sparse operand of the same library, shape (and for PyTorch, dense
+        dimensions and device) as `x`, in any format it takes (converted to the layout of
+        `x` when it differs); or a dense array of x's shape (NumPy for SciPy and pydata,
+        CuPy for cupyx, a strided tensor for PyTorch), which divides x's stored values only;
+        or a scalar (a Python or NumPy number, a 0-d array of x's library or a 0-d NumPy
+        array; for PyTorch a 0-d tensor), by which only the stored values of `x` are
         divided. A Python int is taken as NumPy takes it in ``x.data / y``, however large
         (``10**30``, ``2**64``): converted to the result's dtype.
 
     Returns
     -------
-    out : sparse array or matrix
-        Same library, format and container kind (``*_array`` or ``*_matrix``) as `x`, in
-        canonical form (sorted indices, no duplicates, ``has_canonical_format`` true). Its
-        dtype is the true-division dtype of the pair (float32 / float32 stays float32;
-        integers and bools give float64). Its index dtype is that of the inputs (int64 if
-        either uses int64) unless the result needs int64.
+    out : sparse array, matrix or tensor
+        Same library, container kind (``*_array`` or ``*_matrix``) and device as `x`, in x's
+        format (CSR for BSR, DOK, LIL and DIA; pydata: x's class and compressed axes;
+        PyTorch: x's layout), canonical (sorted indices, no duplicates: SciPy's and cupyx's
+        ``has_canonical_format`` true, a coalesced COO tensor; pydata ``fill_value`` 0). Its
+        dtype is the true-division dtype of the pair, NumPy's rules (float32 / float32 stays
+        float32; integers and bools give float64), PyTorch's for tensors (integers and bools
+        give the default floating dtype). Its index dtype is that of the inputs (the wider
+        if they differ) unless the result needs int64.
 
     Raises
     ------
     TypeError
-        If `x` is not a COO/CSR sparse operand of SciPy or cupyx, `y` is neither such an
-        operand nor a scalar, the two come from different libraries, or a dtype is not
-        numeric. Dask arrays whose chunks are not such operands (dense or pydata chunks)
-        raise it when the call is made.
+        If `x` is not a sparse operand above, `y` is neither one nor a dense array nor a
+        scalar, the two come from different libraries, a dtype is not numeric, or a pydata
+        or PyTorch operand has another format or layout (pydata DOK; PyTorch CSC, BSR,
+        BSC). Dask arrays whose chunks are not sparse operands (dense chunks for `x`) raise
+        it when the call is made.
     ValueError
-        If the shapes of `x` and `y` differ, or Dask operands are chunked differently.
+        If the shapes of `x` and `y` differ (a dense `y` is not broadcast), PyTorch operands
+        differ in dense dimensions or device, a pydata operand's ``fill_value`` is not 0,
+        the quotient of batched PyTorch CSR tensors holds a different number of entries in
+        each batch (which their layout cannot hold), or Dask operands are chunked
+        differently.
+    NotImplementedError
+        For PyTorch tensors on devices other than the CPU and CUDA devices that CuPy sees.
     OverflowError
         If `y` is a Python int too large to convert to a float (as in NumPy).
 
@@ -86,23 +114,31 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     ``±0``. Positions stored in neither operand stay implicit (zero), although the dense
     quotient there would be ``0/0 = nan``: this is the one deliberate departure from dense
     semantics, since honouring it would make every result dense. Zeros in the result are not
-    pruned, so its pattern is always the union of the input patterns. With a scalar `y` the
-    pattern of `x` is kept and ``x / 0`` follows the same IEEE rules.
+    pruned, so its pattern is always the union of the input patterns. With a scalar or a
+    dense `y` the pattern of `x` is kept and ``x / 0`` follows the same IEEE rules: a dense
+    divisor stores every position, so the union would store the whole array, and the values
+    it would add there are ``0 / y``, zeros (or ``nan`` where ``y`` is 0, the same
+    departure as above); its values outside x's pattern are not read.
 
     The peers: SciPy returns a dense matrix for sparse / sparse, CuPy densifies both operands,
-    PyTorch, JAX and TensorFlow refuse sparse divisors.
+    PyTorch, JAX and TensorFlow refuse sparse divisors; pydata ``sparse`` keeps the dense
+    semantics, a result on the union with ``fill_value`` nan.
 
-    Backend support: SciPy (the union is merged by SciPy's compiled CSR addition on encoded
-    values, in blocks of rows; COO through CSR) and cupyx (CUDA kernels in two passes over
-    tiles of `x`: binary searches in `y`'s staged rows, then a streaming write of each tile's
-    stretch of the result; one host synchronisation to size the result, plus sorting and
-    summing first for operands that are not canonical; COO through CSR). The result never
-    holds more than the two operands' entries; nothing of the dense size is allocated. Dask
-    arrays whose chunks are SciPy or cupyx sparse matrices, chunked alike, are divided chunk
-    by chunk, lazily (a scalar `y` too), in tasks named ``xpops-sparse.divide-<token>``. Their
-    chunk type is checked when the call is made, from the array's meta; where Dask shows an
-    ndarray meta (for dense chunks, and for chunks it cannot slice such as SciPy's COO
-    matrices) the first chunk is computed to tell them apart.
+    Backend support: SciPy, pydata and PyTorch's CPU tensors are merged by SciPy's compiled
+    CSR addition on encoded values, in blocks of rows, on two threads (a CSC operand column
+    by column; an N-D one on its row-major keys folded into two dimensions). cupyx's
+    operands and PyTorch's CUDA tensors (by DLPack, on PyTorch's current stream) go to CUDA
+    kernels in two passes over tiles of `x`: binary searches in `y`'s staged rows, then a
+    streaming write of each tile's stretch of the result; one host synchronisation to size
+    the result, plus sorting and summing first for operands that are not canonical. The
+    result never holds more than the two operands' entries; nothing of the dense size is
+    allocated. Dask arrays whose chunks are sparse operands of SciPy, cupyx or pydata,
+    chunked alike, are divided chunk by chunk, lazily (a scalar `y`, or a Dask `y` of dense
+    chunks, too), in tasks named ``xpops-sparse.divide-<token>``. Their chunk type is checked
+    when the call is made, from the array's meta; where Dask shows an ndarray meta (for
+    dense chunks, and for chunks it cannot slice such as SciPy's COO matrices) the first
+    chunk is computed to tell them apart. PyTorch tensors that require grad are recorded by
+    autograd (the backward rule of `xpops.vjp`).
 
     Examples
     --------
@@ -120,6 +156,12 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     >>> xpops.sparse.divide(x, 2).toarray()
     array([[0.5, 0. , 1. ],
            [0. , 0. , 1.5]])
+    >>> xpops.sparse.divide(x.tocsc(), y).format  # x's format
+    'csc'
+    >>> xpops.sparse.divide(x, np.full((2, 3), 4.0)).nnz  # a dense y: x's pattern
+    3
     """
-    kind, scalar = check_operands(x, y)
-    return dispatch_kind(kind, _SCALAR_ENGINES if scalar else _ENGINES, x, y)
+    kind, form = check_operands(x, y)
+    if kind == TORCH and _autograd.recording(x, y):
+        return _autograd.apply("xpops.sparse._vjp:RULE", (x, y), {})
+    return dispatch_kind(kind, _ENGINES[form], x, y)

@@ -1,4 +1,5 @@
-r"""The backward rule of sparse.divide: ``RULE``, used by `xpops.vjp` (SciPy and cupyx).
+r"""The backward rule of sparse.divide: ``RULE``, used by `xpops.vjp` (SciPy, cupyx and pydata
+operands) and by the PyTorch autograd binding (sparse tensors, `_vjp_torch`).
 
 For ``out = x / y`` on the union of the stored patterns (`xpops.sparse.divide`), with ``X``,
 ``Y`` the operands' values summed over duplicates (0 where not stored) and ``dout`` the
@@ -6,7 +7,9 @@ cotangent of `out`, the cotangents are, at each stored entry of the operand's ow
 
 * ``dx = dout / conj(Y)`` at each stored entry of `x`;
 * ``dy = -dout * conj(out / Y)`` at each stored entry of `y`;
-* for a scalar `y`, a 0-d ``dy = -sum(dout * conj(out / y))`` over `out`'s stored entries.
+* for a scalar `y`, a 0-d ``dy = -sum(dout * conj(out / y))`` over `out`'s stored entries;
+* for a dense `y` (whose quotient is stored on x's pattern), ``dx = dout / conj(y)`` at x's
+  entries and a dense ``dy = -dout * conj(out / y)`` at out's positions, 0 elsewhere.
 
 The conjugates follow PyTorch's convention for complex values (the gradient of the real loss
 ``re(sum(conj(dout) * out))`` with respect to ``re z + i im z``); for real values they do
@@ -16,9 +19,11 @@ since the operand's value there is the sum of its duplicates. Positions that `ou
 store hold a constant zero (the forward never produces ``0 / y`` there): they contribute
 nothing, also for a scalar ``y == 0``, and values of a dense `dout` there are not read.
 
-Each gradient has its operand's container class (``csr_array``, ``coo_matrix``, cupyx's
-classes) and exactly its stored structure: its index arrays, copied, with duplicates and
-unsorted indices kept. Its dtype is the operand's for floating and complex operands, with the
+Each gradient has its operand's container class (``csr_array``, ``coo_matrix``, cupyx's and
+pydata's classes, PyTorch's layouts) and exactly its stored structure: its index arrays,
+copied, with duplicates and unsorted indices kept. A BSR, DOK, LIL or DIA operand's gradient
+is the CSR (of its container kind) of the pattern ``tocsr()`` gives it, which the forward
+divided. Its dtype is the operand's for floating and complex operands, with the
 real part taken for a real operand of a complex quotient; integer and bool operands (and a
 Python ``bool``, ``int`` or ``float`` divisor) get the real floating dtype of the quotient, a
 Python ``complex`` divisor the quotient's dtype. A scalar divisor's cotangent is a 0-d array
@@ -26,8 +31,9 @@ of the library of `x` (NumPy for SciPy, CuPy for cupyx), so that nothing moves b
 and device.
 
 Algorithm: every value is looked up on `out`'s pattern, which is canonical (sorted, no
-duplicates). The stored positions of an operand and of a sparse `dout` are turned into
-row-major linear keys (int64) and found among `out`'s keys by binary search
+duplicates, in its layout's key order: row-major, column-major for CSC, compressed axes first
+for GCXS). The stored positions of an operand and of a sparse `dout` are turned into linear
+keys (int64) in that order and found among `out`'s keys by binary search
 (``searchsorted``); their values are summed there: on the host by a scatter-add that starts
 from -0.0 at stored positions (so a lone -0.0 keeps its sign, as in the forward) and from +0
 elsewhere, on the GPU by atomic adds in float64 with the signs of zero sums restored.
@@ -45,8 +51,9 @@ import numpy as np
 from .._autodiff._rule import Rule
 from .._lib._compat import is_dask_array
 from .._lib._names import type_name
-from ._common import SCIPY, is_scalar, library
+from ._common import CUPYX, PYDATA, SCIPY, TORCH, is_dense, is_scalar, library
 from ._divide import divide
+from ._views import View, key_axes, view
 
 __all__ = ["RULE"]
 
@@ -69,31 +76,43 @@ def backward(residuals: tuple[Any, ...], cotangent: Any) -> tuple[Any, Any]:
     if kind is None:  # residuals of some other call
         msg = f"the residuals of sparse.divide hold a sparse `x`, got {type_name(x)}"
         raise TypeError(msg)
+    if kind == TORCH:
+        from . import _vjp_torch
+
+        return _vjp_torch.backward(x, y, out, cotangent)
     xp = _array_module(kind)
     ctype = np.dtype(out.dtype)  # the quotient dtype: floating or complex
     shape = tuple(int(n) for n in out.shape)
     if math.prod(shape) > _INT64_MAX:
         msg = f"xpops.vjp of sparse.divide needs fewer than 2**63 positions, got shape {shape}"
         raise NotImplementedError(msg)
-    union = _Union(xp, out, shape)
+    union = _Union(xp, view(kind, xp, out, key_axes(out)), shape, key_axes(out))
     dout = _cotangent_on(xp, kind, cotangent, union, ctype)
-    o = out.data.astype(ctype, copy=False)
-    at_x = _positions(xp, union, x, _canonical(kind, x))
+    o = union.view.data.astype(ctype, copy=False)
+    xv = view(kind, xp, x, union.axes)
+    at_x = _positions(xp, union, xv)
     with np.errstate(all="ignore"):
         if is_scalar(y, kind):
             yv = _scalar(xp, y, ctype)
             dx = _at(dout, at_x) / _conj(xp, yv)
             # a 0-d array (NumPy's sum gives a scalar)
             dy = xp.asarray(_cast(-xp.sum(dout * _conj(xp, o / yv)), _grad_dtype(y, ctype)))
-            return _like(kind, x, _cast(dx, _grad_dtype(x, ctype))), dy
-        y_unique = _canonical(kind, y)
-        at_y = _positions(xp, union, y, y_unique)
-        yu = _summed(xp, union.size, at_y, y.data, ctype, y_unique)
+            return xv.like(_cast(dx, _grad_dtype(x, ctype))), dy
+        if is_dense(y, kind):
+            dense = xp.asarray(y)  # a NumPy matrix indexes as an ndarray
+            yu = dense[union.coords].astype(ctype, copy=False)  # out's pattern is x's
+            dx = _at(dout, at_x) / _conj(xp, _at(yu, at_x))
+            dy = xp.zeros(shape, dtype=_grad_dtype(y, ctype))
+            dy[union.coords] = _cast(-dout * _conj(xp, o / yu), dy.dtype)
+            return xv.like(_cast(dx, _grad_dtype(x, ctype))), dy
+        yv = view(kind, xp, y, union.axes)
+        at_y = _positions(xp, union, yv)
+        yu = _summed(xp, union.size, at_y, yv.data, ctype, yv.ordered)
         dx = _at(dout, at_x) / _conj(xp, _at(yu, at_x))
         dy = -_at(dout, at_y) * _conj(xp, _at(o, at_y) / _at(yu, at_y))
     dx = _cast(dx, _grad_dtype(x, ctype))
     dy = _cast(dy, _grad_dtype(y, ctype))
-    return _like(kind, x, dx), _like(kind, y, dy)
+    return xv.like(dx), yv.like(dy)
 
 
 RULE = Rule("sparse.divide", ("x", "y"), forward, backward)
@@ -103,8 +122,8 @@ RULE = Rule("sparse.divide", ("x", "y"), forward, backward)
 
 
 def _array_module(kind: str) -> ModuleType:
-    """NumPy for SciPy operands, CuPy for cupyx ones (imported only then)."""
-    if kind == SCIPY:
+    """NumPy for SciPy and pydata operands, CuPy for cupyx ones (imported only then)."""
+    if kind != CUPYX:
         return np
     import cupy
 
@@ -148,59 +167,40 @@ def _scalar(xp: ModuleType, y: Any, ctype: np.dtype) -> Any:
 # ---- positions and values on out's pattern -------------------------------------------------------
 
 
-def _coords(xp: ModuleType, a: Any) -> tuple[Any, ...]:
-    """The coordinates of `a`'s stored entries, one array per axis, in stored order."""
-    if a.format == "csr":
-        if len(a.shape) == 1:
-            return (a.indices,)
-        indptr, nnz = a.indptr, a.indices.shape[0]
-        if xp is np:
-            rows = np.repeat(np.arange(a.shape[0], dtype=np.int64), np.diff(indptr))
-        else:  # CuPy's repeat takes no array of counts
-            rows = xp.searchsorted(indptr[1:], xp.arange(nnz), side="right")
-        return (rows, a.indices)
-    return _index_arrays(a)
-
-
-def _index_arrays(a: Any) -> tuple[Any, ...]:
-    if a.format == "csr":
-        return (a.indptr, a.indices)
-    return tuple(a.coords) if hasattr(a, "coords") else (a.row, a.col)
-
-
-def _keys(xp: ModuleType, coords: tuple[Any, ...], shape: tuple[int, ...]) -> Any:
-    """Row-major linear keys (int64) of `coords` in an array of `shape`."""
-    keys = coords[0].astype(np.int64)  # a new array, updated in place (one allocation)
-    for c, n in zip(coords[1:], shape[1:], strict=True):
-        keys *= n
-        keys += c
+def _keys(xp: ModuleType, coords: tuple[Any, ...], shape: tuple, axes: tuple) -> Any:
+    """Linear keys (int64) of `coords` in an array of `shape`, row-major over `axes`."""
+    keys = coords[axes[0]].astype(np.int64)  # a new array, updated in place (one allocation)
+    for axis in axes[1:]:
+        keys *= shape[axis]
+        keys += coords[axis]
     return keys
 
 
 class _Union:
-    """The stored pattern of `out` (canonical: sorted, no duplicates): its coordinates and
-    linear keys, computed when first needed."""
+    """The stored pattern of `out` (canonical: sorted in key order `axes`, no duplicates): its
+    view, coordinates and linear keys, computed when first needed."""
 
-    def __init__(self, xp: ModuleType, out: Any, shape: tuple[int, ...]) -> None:
-        self.xp, self.out, self.shape = xp, out, shape
+    def __init__(self, xp: ModuleType, out: View, shape: tuple[int, ...], axes: tuple) -> None:
+        self.xp, self.view, self.shape, self.axes = xp, out, shape, axes
         self.size = int(out.data.shape[0])
 
-    @functools.cached_property
+    @property
     def coords(self) -> tuple[Any, ...]:
-        return _coords(self.xp, self.out)
+        return self.view.coords
 
     @functools.cached_property
     def keys(self) -> Any:
-        return _keys(self.xp, self.coords, self.shape)
+        return _keys(self.xp, self.coords, self.shape, self.axes)
 
 
-def _positions(xp: ModuleType, union: _Union, a: Any, unique: bool) -> Any:
-    """Where each stored entry of operand `a` sits in out's pattern (which holds every
-    position of `a`); None where that is each entry's own index: a canonical operand with
-    as many entries as out stores exactly out's pattern, in its order."""
-    if unique and a.data.shape[0] == union.size:
+def _positions(xp: ModuleType, union: _Union, a: View) -> Any:
+    """Where each stored entry of operand view `a` sits in out's pattern (which holds every
+    position of `a`); None where that is each entry's own index: an ordered operand with as
+    many entries as out stores exactly out's pattern, in its order."""
+    if a.ordered and a.data.shape[0] == union.size:
         return None
-    return _search(xp, union.keys, _keys(xp, _coords(xp, a), union.shape), unique)
+    queries = _keys(xp, a.coords, union.shape, union.axes)
+    return _search(xp, union.keys, queries, a.ordered)
 
 
 def _search(xp: ModuleType, keys: Any, queries: Any, ordered: bool) -> Any:
@@ -266,15 +266,6 @@ def _device_summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype
     return sums.reshape(-1)[:n]
 
 
-def _canonical(kind: str, a: Any) -> bool:
-    """Whether `a` is known to be canonical without any work on the GPU: SciPy's check is
-    cheap (and cached), cupyx's COO keeps a flag; cupyx's CSR check synchronises, so only the
-    answer cupyx cached is read (the forward's check leaves it on CSR operands)."""
-    if kind == SCIPY or a.format == "coo":
-        return bool(a.has_canonical_format)
-    return getattr(a, "_has_canonical_format", None) is True
-
-
 # ---- the cotangent -------------------------------------------------------------------------------
 
 
@@ -283,9 +274,10 @@ def _cotangent_on(xp: ModuleType, kind: str, cotangent: Any, union: _Union, ctyp
     naming `cotangent` for anything but a sparse operand of x's library or a dense array of
     its array module."""
     shape = union.shape
-    lib = "scipy.sparse" if kind == SCIPY else "cupyx.scipy.sparse"
-    dense_name = "a NumPy array" if kind == SCIPY else "a CuPy array"
-    what = f"a {lib} array or matrix, or {dense_name}, of the output's shape {shape}"
+    lib = {SCIPY: "scipy.sparse array or matrix", CUPYX: "cupyx.scipy.sparse matrix"}
+    dense_name = "a CuPy array" if kind == CUPYX else "a NumPy array"
+    sparse_name = lib.get(kind, "pydata sparse array")
+    what = f"a {sparse_name}, or {dense_name}, of the output's shape {shape}"
     sparse = library(cotangent)
     if sparse is not None and sparse != kind:
         msg = f"the cotangent of sparse.divide must be {what}, got {type_name(cotangent)}"
@@ -303,61 +295,20 @@ def _cotangent_on(xp: ModuleType, kind: str, cotangent: Any, union: _Union, ctyp
         raise TypeError(msg)
     if sparse is None:
         dense = xp.asarray(cotangent)  # a NumPy matrix indexes as an ndarray
-        if dense.flags.c_contiguous:  # one flat gather: 4x faster than by coordinates
+        row_major = union.axes == tuple(range(len(shape)))
+        if dense.flags.c_contiguous and row_major:  # one flat gather: 4x faster
             return xp.take(dense.reshape(-1), union.keys).astype(ctype, copy=False)
         return dense[union.coords].astype(ctype, copy=False)
-    if cotangent.format not in ("csr", "coo"):
-        cotangent = cotangent.tocoo()  # a new object: the cotangent is not modified
+    if kind == PYDATA and cotangent.format not in ("coo", "gcxs"):
+        cotangent = cotangent.asformat("coo")  # a new object: the cotangent is not modified
+    c = view(kind, xp, cotangent, union.axes)
     n = union.size
-    unique = _canonical(kind, cotangent)
     # out's own pattern (the usual case): its values as they are; checked on the host only
-    same = unique and xp is np and cotangent.data.shape[0] == n
-    if same and cotangent.format == union.out.format:
-        pairs = zip(_index_arrays(cotangent), _index_arrays(union.out), strict=True)
-        if all(np.array_equal(a, b) for a, b in pairs):
-            return cotangent.data.astype(ctype, copy=False)
-    keys = _keys(xp, _coords(xp, cotangent), shape)
-    if same and np.array_equal(keys, union.keys):
-        return cotangent.data.astype(ctype, copy=False)
-    at = _search(xp, union.keys, keys, unique)
+    same = c.ordered and xp is np and c.data.shape[0] == n
+    if same and all(np.array_equal(a, b) for a, b in zip(c.coords, union.coords, strict=True)):
+        return c.data.astype(ctype, copy=False)
+    keys = _keys(xp, c.coords, shape, union.axes)
+    at = _search(xp, union.keys, keys, c.ordered)
     padded = xp.concatenate([union.keys, xp.full(1, -1, dtype=np.int64)])
     at = xp.where(padded[at] == keys, at, n)  # positions out does not store: dropped
-    return _summed(xp, n, at, cotangent.data, ctype, unique)
-
-
-# ---- results -----------------------------------------------------------------------------------
-
-
-def _like(kind: str, a: Any, data: Any) -> Any:
-    """An operand of `a`'s class and stored structure (its index arrays copied) holding
-    `data`."""
-    shape = tuple(a.shape)
-    if kind == SCIPY:
-        if a.format == "csr":
-            indices, indptr = a.indices.copy(), a.indptr.copy()
-            out = type(a)((data, indices, indptr), shape=shape)
-            out.indices, out.indptr = indices, indptr  # SciPy narrows int64 whose values fit
-            return out
-        coords = tuple(c.copy() for c in _coords(np, a))
-        out = type(a)((data, coords), shape=shape)
-        if hasattr(out, "coords"):
-            out.coords = coords
-        else:
-            out.row, out.col = coords
-        out.has_canonical_format = a.has_canonical_format
-        return out
-    # cupyx: an empty operand of the shape given the arrays, since the constructors check
-    # their contents (host synchronisations)
-    out = type(a)(shape, dtype=data.dtype)
-    out.data = data
-    if a.format == "csr":
-        out.indices, out.indptr = a.indices.copy(), a.indptr.copy()
-        for flag in ("_has_canonical_format", "_has_sorted_indices"):  # cupyx's cached checks
-            if hasattr(a, flag):
-                setattr(out, flag, getattr(a, flag))
-            elif hasattr(out, flag):
-                delattr(out, flag)
-        return out
-    out.row, out.col = a.row.copy(), a.col.copy()
-    out.has_canonical_format = a.has_canonical_format
-    return out
+    return _summed(xp, n, at, c.data, ctype, c.ordered)

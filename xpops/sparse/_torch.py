@@ -1,0 +1,271 @@
+"""PyTorch engine of sparse.divide: sparse COO tensors of any ``sparse_dim`` (hybrid ones
+included) and CSR tensors (2-D, batched, hybrid).
+
+Each operand is brought, with PyTorch's own operations on its device, to the CSR arrays of one
+2-D frame: the rows are the leading sparse positions flattened (the batch and row indices of a
+CSR tensor), the columns the last sparse index, and each entry holds its block of dense values.
+Where the rows would be too many for row pointers (COO tensors of several large sparse
+dimensions), the frame is the tensor's row-major keys folded into about a row per
+FOLD_ROW_ENTRIES entries, as in `_host.Frame`. The union is then merged by the op's NumPy
+engine for CPU tensors (`_host.divide_csr`) and by its CuPy kernels for CUDA tensors
+(`_cupyx.divide_csr`), on views of the tensors' memory through DLPack, on PyTorch's current
+stream (`_lib._torch.on_device`).
+The result comes back the same way and is put in x's layout.
+
+Values are divided in float32 for float16 and bfloat16 tensors (and complex64 for
+complex32), then rounded once to the result's dtype, as PyTorch's own kernels compute; the
+quotient in float32 of two such values rounded to them is the correctly rounded quotient.
+
+A scalar or dense divisor is PyTorch's own element-wise division of x's stored values.
+"""
+
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from .._lib import _torch as _bridge
+from .._lib._dispatch import Engines
+from . import _torch_layout as layout
+from ._common import check_positions
+from ._host import FOLD_ROW_ENTRIES, NATURAL_ROWS_PER_ENTRY
+
+__all__ = ["divide", "divide_dense", "divide_scalar", "result_dtype"]
+
+
+def _no_engine(*args: Any) -> Any:  # pragma: no cover - only the NumPy and CuPy kinds are asked
+    msg = "the PyTorch engine of sparse.divide runs on NumPy or CuPy arrays only"
+    raise NotImplementedError(msg)
+
+
+# The array engines of the union, on the tensors' memory (`_lib._torch.on_device`).
+_ARRAY_ENGINES = Engines(
+    __package__,
+    numpy="._host:divide_csr",
+    cupy="._cupyx:divide_csr",
+    dask=_no_engine,
+    generic=_no_engine,
+)
+
+
+def _torch() -> Any:
+    return sys.modules["torch"]
+
+
+def result_dtype(dx: Any, dy: Any) -> Any:
+    """PyTorch's dtype of ``x / y`` for tensors of dtypes `dx` and `dy` (true division: the
+    default floating dtype for integers and bools)."""
+    torch = _torch()
+    dtype = torch.promote_types(dx, dy)
+    if dtype.is_floating_point or dtype.is_complex:
+        return dtype
+    return torch.get_default_dtype()
+
+
+def _compute_dtype(dtype: Any) -> Any:
+    """The dtype the engines divide in: float32 for float16 and bfloat16, complex64 for
+    complex32, else `dtype` itself."""
+    torch = _torch()
+    if dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    if dtype == torch.complex32:
+        return torch.complex64
+    return dtype
+
+
+def _numpy_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+# ---- operands as coordinates and as CSR arrays of a frame ---------------------------------------
+
+
+class _Frame:
+    """The 2-D frame of a division: `rows` x `ncols`, each entry's position in the sparse
+    shape `shape` given by its row and column (`natural`: the row is the leading sparse
+    position, the column the last index; else the row-major key is ``row * ncols + col``)."""
+
+    def __init__(self, shape: tuple[int, ...], nnz: int, natural: bool) -> None:
+        self.shape = shape
+        lead = math.prod(shape[:-1])
+        self.natural = natural or lead <= max(NATURAL_ROWS_PER_ENTRY * nnz, 1 << 10)
+        if self.natural:
+            self.rows, self.ncols = lead, (shape[-1] if shape else 1)
+        else:
+            check_positions(shape)
+            positions = math.prod(shape)
+            self.rows = max(1, min(positions, nnz // FOLD_ROW_ENTRIES))
+            self.ncols = -(-positions // self.rows)
+            self.rows = -(-positions // self.ncols)
+
+    def csr(self, coords: Any) -> tuple[Any, Any]:
+        """(indptr, indices) of sorted unique sparse coordinates in this frame."""
+        torch = _torch()
+        if not self.shape:  # a 0-d tensor: one position
+            n = coords.shape[1]
+            return coords.new_tensor([0, n]), coords.new_zeros(n)
+        if self.natural:
+            major = layout.ravel(coords[:-1], self.shape[:-1])
+            minor = coords[-1]
+        else:
+            keys = layout.ravel(coords, self.shape)
+            major = torch.div(keys, self.ncols, rounding_mode="floor")
+            minor = keys - major * self.ncols
+        bounds = torch.arange(self.rows + 1, dtype=torch.int64, device=coords.device)
+        return torch.searchsorted(major, bounds), minor
+
+    def coords(self, indptr: Any, indices: Any) -> Any:
+        """The sparse coordinates of CSR arrays of this frame."""
+        torch = _torch()
+        major = layout.csr_major(indptr.to(torch.int64), indices.shape[0])
+        if not self.shape:
+            return major.new_zeros((0, indices.shape[0]))
+        if self.natural:
+            lead = layout.unravel(major, self.shape[:-1])
+            return torch.cat([lead, indices.to(torch.int64)[None]])
+        return layout.unravel(major * self.ncols + indices, self.shape)
+
+
+# ---- the division of two sparse tensors -----------------------------------------------------
+
+
+def _union(x: Any, y: Any, dtype: Any) -> tuple[Any, Any, Any, Any]:
+    """(frame, indptr, indices, values) of x / y, values of compute dtype `dtype`."""
+    torch = _torch()
+    engine_dtype = _numpy_name(dtype)
+    csr_pair = x.layout == y.layout == torch.sparse_csr
+    if csr_pair:  # both CSR: their own (stacked) arrays, no coordinates
+        xptr, xidx, xv, ncols = layout.batch_csr(x)
+        yptr, yidx, yv, _ = layout.batch_csr(y)
+        if xptr.dtype != yptr.dtype:
+            xptr, xidx, yptr, yidx = (a.to(torch.int64) for a in (xptr, xidx, yptr, yidx))
+        frame = None
+    else:
+        xc, xv = layout.coords(x)
+        yc, yv = layout.coords(y)
+        # a CSR x has row pointers of its frame's rows: the natural frame
+        natural = x.layout == torch.sparse_csr
+        frame = _Frame(layout.sparse_shape(x), xc.shape[1] + yc.shape[1], natural)
+        (xptr, xidx), (yptr, yidx) = frame.csr(xc), frame.csr(yc)
+        ncols = frame.ncols
+    xv, yv = xv.to(dtype), yv.to(dtype)
+    out = _bridge.on_device(
+        _ARRAY_ENGINES, x.device, xptr, xidx, xv, yptr, yidx, yv, ncols, engine_dtype
+    )
+    return (frame, *out)
+
+
+def _index_dtype(like: Any, nnz: int, ncols: int) -> Any:
+    """The index dtype of a CSR result: that of `like` (x's row pointers; PyTorch's CSR
+    tensors take int32 or int64 indices, both of one dtype), int64 if the result needs it."""
+    torch = _torch()
+    if like.dtype == torch.int32 and max(nnz, ncols) <= 2**31 - 1:
+        return torch.int32
+    return torch.int64
+
+
+def _csr_result(x: Any, indptr: Any, indices: Any, values: Any, dtype: Any) -> Any:
+    """The CSR tensor of x's shape (and batches) from stacked CSR arrays."""
+    torch = _torch()
+    crow = x.crow_indices()
+    batch_shape = tuple(crow.shape[:-1])
+    per = crow.shape[-1] - 1
+    if batch_shape:
+        batch = math.prod(batch_shape)
+        starts = torch.arange(batch + 1, device=indptr.device) * per
+        counts = indptr[starts[1:]] - indptr[starts[:-1]]
+        if batch and bool((counts != counts[0]).any()):
+            msg = (
+                f"the quotient of batched CSR tensors stores a different number of entries in "
+                f"each batch ({counts.tolist()}), which PyTorch's batched CSR layout cannot "
+                f"hold; divide COO tensors instead (x.to_sparse_coo())"
+            )
+            raise ValueError(msg)
+        nnz = int(counts[0]) if batch else 0
+        at = starts[:-1, None] + torch.arange(per + 1, device=indptr.device)
+        indptr = (indptr[at] - indptr[starts[:-1], None]).reshape(*batch_shape, per + 1)
+        indices = indices.reshape(*batch_shape, nnz)
+        values = values.reshape(*batch_shape, nnz, *values.shape[1:])
+    index = _index_dtype(crow, int(values.shape[0]), int(x.shape[crow.ndim]))
+    return torch.sparse_csr_tensor(
+        indptr.to(index),
+        indices.to(index),
+        values.to(dtype),
+        size=tuple(x.shape),
+        check_invariants=False,
+    )
+
+
+def divide(x: Any, y: Any) -> Any:
+    """x / y of two PyTorch sparse tensors of one shape and dense dimensions; validated."""
+    torch = _torch()
+    _bridge.check_device(x.device)  # before any work
+    dtype = result_dtype(x.dtype, y.dtype)
+    frame, indptr, indices, values = _union(x, y, _compute_dtype(dtype))
+    if x.layout == torch.sparse_csr:  # the frame, if any, is x's stacked CSR frame
+        return _csr_result(x, indptr, indices, values, dtype)
+    coords = frame.coords(indptr, indices)
+    return _coo(coords, values.to(dtype), x)
+
+
+# ---- scalar and dense divisors: PyTorch's own division of the stored values ------------------
+
+
+def _own(x: Any) -> tuple[Any, Any, Any]:
+    """(x's structure as index tensors of its own, the sparse coordinates of its stored
+    values, its values): a COO x coalesced, a CSR x as it is."""
+    torch = _torch()
+    if x.layout == torch.sparse_coo:
+        c = layout.coalesced(x)
+        indices = c.indices()
+        return (indices.clone(),), indices, c.values()
+    crow, col = x.crow_indices(), x.col_indices()
+    return (crow.clone(), col.clone()), None, x.values().detach()
+
+
+def _coo(indices: Any, values: Any, x: Any) -> Any:
+    """A coalesced COO tensor of x's shape (its invariants hold by construction: not checked,
+    and PyTorch not left to warn that they are not)."""
+    return _torch().sparse_coo_tensor(
+        indices, values, tuple(x.shape), is_coalesced=True, check_invariants=False
+    )
+
+
+def _like(x: Any, structure: tuple[Any, ...], values: Any) -> Any:
+    torch = _torch()
+    if x.layout == torch.sparse_coo:
+        (indices,) = structure
+        return _coo(indices, values, x)
+    crow, col = structure
+    return torch.sparse_csr_tensor(crow, col, values, size=tuple(x.shape), check_invariants=False)
+
+
+def _scalar(y: Any) -> Any:
+    """A scalar divisor as PyTorch takes it: a Python int past int64 as a float (the float it
+    converts to, as NumPy takes it), a NumPy number or 0-d array as a Python number."""
+    if isinstance(y, np.ndarray | np.generic):
+        y = y.item()
+    if isinstance(y, int) and not isinstance(y, bool) and not -(2**63) <= y < 2**63:
+        return float(y)
+    return y
+
+
+def divide_scalar(x: Any, y: Any) -> Any:
+    """x / y for a PyTorch sparse tensor `x` and a scalar `y` (a number or 0-d tensor): x's
+    pattern (a COO x coalesced), its values divided by PyTorch."""
+    structure, _, values = _own(x)
+    if not isinstance(y, _torch().Tensor):
+        y = _scalar(y)
+    return _like(x, structure, values / (y.detach() if hasattr(y, "detach") else y))
+
+
+def divide_dense(x: Any, y: Any) -> Any:
+    """x / y for a PyTorch sparse tensor `x` and a strided tensor `y` of x's shape: x's
+    pattern, each stored value (block) divided by y's value (block) at its position."""
+    structure, coords, values = _own(x)
+    if coords is None:  # CSR: the coordinates of its batches stacked
+        coords, flat = layout.coords(x)
+        at = y.detach()[tuple(coords)]
+        return _like(x, structure, (flat / at).reshape(values.shape))
+    return _like(x, structure, values / y.detach()[tuple(coords)])

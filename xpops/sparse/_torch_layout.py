@@ -1,0 +1,108 @@
+"""PyTorch sparse tensors as index and value tensors, with PyTorch's own operations on their
+device: what the PyTorch engine of sparse.divide (`_torch`) and the rule's PyTorch backward
+(`_vjp_torch`) share.
+
+A tensor's sparse positions are its leading dimensions (all but its ``dense_dim()`` trailing
+ones: the batch, row and column indices of a CSR tensor); each stored position holds a block
+of the dense dimensions' values.
+"""
+
+import math
+import sys
+from typing import Any
+
+__all__ = [
+    "batch_csr",
+    "coalesced",
+    "coords",
+    "csr_major",
+    "ravel",
+    "raw_coords",
+    "sparse_shape",
+    "unravel",
+]
+
+
+def _torch() -> Any:
+    return sys.modules["torch"]
+
+
+def sparse_shape(a: Any) -> tuple[int, ...]:
+    """The shape of a's sparse positions: all dimensions but the dense ones."""
+    return tuple(a.shape[: a.ndim - a.dense_dim()])
+
+
+def coalesced(a: Any) -> Any:
+    """A COO tensor coalesced (PyTorch sums duplicates from the first, keeping a lone -0.0),
+    detached: the engines' forward is not recorded (the autograd binding records it)."""
+    a = a.detach()
+    return a if a.is_coalesced() else a.coalesce()
+
+
+def ravel(coords: Any, shape: tuple[int, ...]) -> Any:
+    """Row-major linear indices (int64) of `coords` (one row an axis) in `shape`."""
+    torch = _torch()
+    keys = torch.zeros(coords.shape[1], dtype=torch.int64, device=coords.device)
+    for axis, n in enumerate(shape):
+        keys = keys * n + coords[axis]
+    return keys
+
+
+def unravel(keys: Any, shape: tuple[int, ...]) -> Any:
+    """The coordinates (int64, one row an axis) of row-major linear indices `keys`."""
+    torch = _torch()
+    out = torch.empty((len(shape), keys.shape[0]), dtype=torch.int64, device=keys.device)
+    for axis in range(len(shape) - 1, -1, -1):
+        n = shape[axis]
+        out[axis] = keys % n if n else keys
+        keys = torch.div(keys, n, rounding_mode="floor") if n else keys
+    return out
+
+
+def csr_major(indptr: Any, n: int) -> Any:
+    """The row of each of the `n` entries of row pointers `indptr`."""
+    torch = _torch()
+    at = torch.arange(n, dtype=indptr.dtype, device=indptr.device)
+    return torch.searchsorted(indptr[1:], at, right=True)
+
+
+def batch_csr(a: Any) -> tuple[Any, Any, Any, int]:
+    """(indptr, indices, values, ncols) of CSR tensor `a` with its batches stacked: row ``r``
+    of batch ``b`` is row ``b * rows_per_batch + r``."""
+    torch = _torch()
+    crow, col, values = a.crow_indices(), a.col_indices(), a.values().detach()
+    batch = math.prod(crow.shape[:-1])
+    per = crow.shape[-1] - 1  # rows a batch
+    ncols = int(a.shape[crow.ndim])
+    if crow.ndim == 1:
+        return crow, col, values, ncols
+    nnz = col.shape[-1]  # entries a batch (the same in every batch)
+    block = values.shape[crow.ndim :]  # values: (*batch, nnz, *block)
+    crow = crow.reshape(batch, per + 1).to(torch.int64)
+    offsets = torch.arange(batch, dtype=torch.int64, device=crow.device)[:, None] * nnz
+    indptr = torch.cat([(crow[:, :-1] + offsets).reshape(-1), crow.new_full((1,), batch * nnz)])
+    values = values.reshape(batch * nnz, *block)
+    return indptr, col.reshape(-1).to(torch.int64), values, ncols
+
+
+def coords(a: Any) -> tuple[Any, Any]:
+    """(coordinates of the sparse positions, one row an axis, sorted row-major and unique;
+    values) of operand `a`."""
+    torch = _torch()
+    if a.layout == torch.sparse_coo:
+        c = coalesced(a)
+        return c.indices(), c.values()
+    indptr, indices, values, _ = batch_csr(a)
+    major = csr_major(indptr, indices.shape[0])
+    lead = sparse_shape(a)[:-1]
+    return torch.cat([unravel(major, lead), indices.to(torch.int64)[None]]), values
+
+
+def raw_coords(a: Any) -> tuple[Any, Any]:
+    """(coordinates of the sparse positions, values) of operand `a` as it stores them: a COO
+    tensor's indices and values as they are (not coalesced: duplicates and order kept), a CSR
+    tensor's with its batches stacked."""
+    torch = _torch()
+    if a.layout == torch.sparse_coo:
+        return a._indices(), a._values().detach()
+    return coords(a)
