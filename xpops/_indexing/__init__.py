@@ -148,11 +148,11 @@ _NOTES = """
     `col` past 2**63 - 1, or more than 2**63 - 1 entries, raise ``ValueError``.
 
     Backend support: NumPy (whole rows at a time: a small mask, one ``repeat``, or fills and
-    copies of slices, by size), CuPy (one CUDA kernel, no host
-    synchronization, correct beyond 2**31 entries), Dask (lazy, each chunk filled by the NumPy
-    engine from its own range of entries, nothing gathered), and any other array-API
-    namespace, such as array-api-strict or PyTorch (the closed form in array-API operations,
-    which needs int64 and float64 on the device).
+    copies of slices, by size), CuPy (one CUDA kernel, no host synchronization, correct beyond
+    2**31 entries), Dask (lazy, each chunk computed by the closed form in NumPy from its own
+    range of entries, nothing gathered), and any other array-API namespace, such as
+    array-api-strict or PyTorch (the closed form in array-API operations, which needs int64
+    and float64 on the device).
 """
 
 _PARAMS = """
