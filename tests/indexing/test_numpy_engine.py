@@ -40,6 +40,7 @@ def _check(row, col, offset, upper, dtype):
 def test_every_way_on_small_shapes(monkeypatch, way, upper):
     for name, value in zip(("MASK_MAX", "LONG_ROW", "REPEAT_MAX"), WAYS[way], strict=True):
         monkeypatch.setattr(engine, name, value)
+    monkeypatch.setattr(engine, "_BLOCK", 4)  # the repeat's subtraction: many blocks, ragged ends
     sizes = [0, 1, 2, 3, 5, 8, 13]
     for row, col in itertools.product(sizes, sizes):
         for offset in range(-col - 2, col + 3):
@@ -61,7 +62,7 @@ def test_shapes_around_the_thresholds(upper):
     shapes += [
         (long_row + 200, 3 * long_row, -2),  # growing rows cross LONG_ROW, none full
         (3 * long_row, long_row + 1, 0),  # full rows of LONG_ROW + 1 entries
-        (4 * engine.REPEAT_MAX // 300, 300, -7),  # full rows, all short
+        (engine.REPEAT_MAX // 300 + 50, 300, -7),  # full rows, all short, past REPEAT_MAX
         (600, 600, 700),  # nothing but full rows (offset past the edge)
         (2000, 1000, -500),  # empty rows first (tril) or last (triu)
     ]

@@ -138,9 +138,8 @@ _NOTES = """
     entries by the NumPy engine), unlike NumPy's and CuPy's own functions, which make a
     boolean mask and call ``nonzero``.
 
-    Time and memory are O(N) for N entries. The CuPy engine, and the NumPy engine above 2**20
-    entries, allocate nothing of size N but the output; the NumPy engine below that size and
-    the generic engine make a few temporaries of size N.
+    Time and memory are O(N) for N entries. The NumPy and CuPy engines allocate nothing of size
+    N but the output; the generic engine makes a few int64 temporaries of size N.
 
     Unlike ``numpy.{name}``, negative `row`/`col` raise instead of giving an empty result,
     and the output dtype is checked for overflow before any work, int32 and int64 alike, on

@@ -9,8 +9,8 @@ the (2, N) output, chosen by size:
   calls, and at these sizes the calls are most of the cost.
 * A triangle of at most `REPEAT_MAX` entries, most of them in rows that are not full, is one
   ``repeat`` along the rows, written straight into the output: each row's index, and the
-  position its column 0 would have; the column indices follow by one subtraction from the
-  entries' positions.
+  position its column 0 would have; the column indices follow by a subtraction from the
+  entries' positions, block by block in the cache.
 * Otherwise the triangle is written part by part into the output: the full rows by two
   broadcast assignments; the rows of `LONG_ROW` entries or more one by one, by a fill and a
   copy of a slice of one ``arange``; the shorter rows together, as difference arrays summed
@@ -32,14 +32,18 @@ __all__ = ["LONG_ROW", "MASK_MAX", "REPEAT_MAX", "triangle_indices"]
 #: ``repeat`` (a square matrix of about 80 rows), measured on two cores.
 MASK_MAX = 6_400
 
-#: Shortest row written on its own: about where a fill and a copy of a slice (a Python loop
-#: step, about 1 us) cost less than the row's part of the ``repeat``, the subtraction and the
-#: copy out of its temporary (about 2 ns an entry), measured on two cores.
+#: Shortest row written on its own (beyond `REPEAT_MAX` entries): about where a fill and a copy
+#: of a slice (a Python loop step, about 1 us) cost less than the row's part of the short
+#: rows' difference arrays and ``cumsum`` (about 2 ns an entry), measured on two cores.
 LONG_ROW = 1024
 
-#: Most entries written by ``repeat`` alone: the positions it subtracts from are a temporary
-#: of N entries, which stays in the cache below this size (8 MiB).
-REPEAT_MAX = 2**20
+#: Most entries written by ``repeat``: its output (32 MiB of int64 at this size) is read again
+#: by the subtraction that makes the column indices, which beyond this size no longer finds it
+#: in the cache; writing each entry once (the parts) is then faster. Measured on two cores.
+REPEAT_MAX = 2**21
+
+#: Entries of a block of the column indices' subtraction in `_repeat_rows`: 256 KiB of int64.
+_BLOCK = 2**15
 
 
 def triangle_indices(
@@ -125,7 +129,14 @@ def _repeat_rows(lo: int, m: int, count: int, step: int, col: int, dtype: np.dty
         np.cumsum(counts, out=runs[1])
         runs[1] -= col
     out = np.repeat(runs, counts, axis=1)
-    np.subtract(np.arange(out.shape[1], dtype=dtype), out[1], out=out[1])
+    # column = position - that, block by block: positions start + arange(_BLOCK), the
+    # arange made once and the block in the cache
+    cols = out[1]
+    positions = np.arange(min(_BLOCK, cols.shape[0]), dtype=dtype)
+    for start in range(0, cols.shape[0], _BLOCK):
+        block = cols[start : start + _BLOCK]
+        block -= start
+        np.subtract(positions[: block.shape[0]], block, out=block)
     return out
 
 
