@@ -72,12 +72,16 @@ def test_shapes_around_the_thresholds(upper):
 
 
 @pytest.mark.parametrize("way", WAYS)
-def test_indices_past_int32_in_every_way(monkeypatch, way):
-    """Indices past 2**31 (int64) on triangles of a few entries in the far corner of a huge
-    matrix, against the entries written out by brute force over that corner."""
+@pytest.mark.parametrize(
+    ("big", "dtype"), [(2**40, np.int64), (2**31, np.int32)], ids=["int64", "int32 edge"]
+)
+def test_far_corners_in_every_way(monkeypatch, way, big, dtype):
+    """Triangles of a few entries in the far corner of a huge matrix: indices past 2**31
+    (int64), or up to 2**31 - 1 (int32, whose intermediate positions would not fit it),
+    against the entries written out by brute force over that corner."""
     for name, value in zip(("MASK_MAX", "LONG_ROW", "REPEAT_MAX"), WAYS[way], strict=True):
         monkeypatch.setattr(engine, name, value)
-    big, k = 2**40, 4
+    k = 4
     # (row, col, offset, upper): the last k rows (tril) or last k columns (triu) hold entries
     for row, col, offset, upper in [
         (big, k, -(big - k), False),
@@ -90,8 +94,8 @@ def test_indices_past_int32_in_every_way(monkeypatch, way):
         want = [
             (i, j) for i in rows for j in cols if (j >= i + offset if upper else j <= i + offset)
         ]
-        out = engine.triangle_indices(row, col, offset, upper, np.dtype(np.int64))
-        assert out.dtype == np.int64
+        out = engine.triangle_indices(row, col, offset, upper, np.dtype(dtype))
+        assert out.dtype == dtype
         assert [tuple(map(int, p)) for p in out.T] == want, (way, row, col, offset, upper)
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .._lib._dtypes import INT32_MAX
+
 __all__ = ["LONG_ROW", "MASK_MAX", "REPEAT_MAX", "triangle_indices"]
 
 #: Largest ``row * col`` read off a mask: about where the per-entry cost of the mask (a byte
@@ -73,7 +75,7 @@ def triangle_indices(
         return np.empty((2, 0), dtype=dtype)
     # full rows go faster by broadcasting than by the repeat
     if n <= REPEAT_MAX and 2 * _full_rows(m, count, step, col) * col < n:
-        return _repeat_rows(lo, m, count, step, col, dtype)
+        return _repeat_rows(lo, m, count, step, col, dtype, n)
     return _by_parts(lo, m, count, step, col, dtype, n)
 
 
@@ -114,11 +116,16 @@ def _size(m: int, count: int, step: int, col: int) -> int:
     return full * col + part * first + step * (part * (part - 1) // 2)
 
 
-def _repeat_rows(lo: int, m: int, count: int, step: int, col: int, dtype: np.dtype) -> np.ndarray:
-    """(2, size) indices of the `m` rows from `lo` (as `triangle_indices` numbers them) by
-    one ``repeat`` along the rows."""
+def _repeat_rows(
+    lo: int, m: int, count: int, step: int, col: int, dtype: np.dtype, n: int
+) -> np.ndarray:
+    """(2, n) indices of the `m` rows from `lo` (as `triangle_indices` numbers them) by one
+    ``repeat`` along the rows."""
     counts = np.minimum(np.arange(count, count + step * m, step), col)
-    runs = np.empty((2, m), dtype=dtype)
+    # The positions of column 0 lie in [-col, n]: in int64 where int32 cannot hold them
+    # (a triu whose last column is near 2**31), the result then cast.
+    work = dtype if col + n <= INT32_MAX else np.dtype(np.int64)
+    runs = np.empty((2, m), dtype=work)
     runs[0] = np.arange(lo, lo + m)
     # the position of each row's column 0: its start, less its first column (col - count_i
     # for triu, where rows end at the last column; 0 for tril)
@@ -132,12 +139,12 @@ def _repeat_rows(lo: int, m: int, count: int, step: int, col: int, dtype: np.dty
     # column = position - that, block by block: positions start + arange(_BLOCK), the
     # arange made once and the block in the cache
     cols = out[1]
-    positions = np.arange(min(_BLOCK, cols.shape[0]), dtype=dtype)
-    for start in range(0, cols.shape[0], _BLOCK):
+    positions = np.arange(min(_BLOCK, n), dtype=work)
+    for start in range(0, n, _BLOCK):
         block = cols[start : start + _BLOCK]
         block -= start
         np.subtract(positions[: block.shape[0]], block, out=block)
-    return out
+    return out if work == dtype else out.astype(dtype)
 
 
 def _by_parts(
