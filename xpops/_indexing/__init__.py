@@ -7,6 +7,8 @@ as Python ints, the offset clipped to the matrix, the dtype resolved in namespac
 from types import ModuleType
 from typing import Any
 
+import numpy as np
+
 from .. import _backend
 from .._lib._dispatch import Engines, dispatch, engine_kind
 from .._lib._dtypes import INT32_MAX, INT64_MAX
@@ -70,6 +72,33 @@ def _check_sizes(row: int, col: int, offset: int, upper: bool) -> None:
         raise ValueError(msg)
 
 
+# The fast path takes sizes up to this bound: its triangles' indices and entry counts fit
+# int64 without a check.
+_FAST_MAX = 2**31
+_INT64 = np.dtype(np.int64)
+
+
+def _fast_path(
+    row: Any, col: Any, offset: Any, dtype: Any, device: Any, xp: Any, chunks: Any, upper: bool
+) -> Array | None:
+    """The NumPy engine's result for the common call (Python int sizes and offset, no
+    `dtype`, `device` or `chunks`, NumPy asked for or the default), or None. The general
+    path's checks cost about as much as the engine's work on a small triangle; such a call
+    passes every one of them (the sizes bound every index and the entry count below
+    2**63), and the engine gets the same arguments from either."""
+    if dtype is not None or device is not None or chunks is not None:
+        return None
+    if not (xp is np or (xp is None and _backend.default_backend() == "numpy")):
+        return None
+    if col is None:
+        col = row
+    if type(row) is not int or type(col) is not int or type(offset) is not int:
+        return None
+    if not (0 <= row <= _FAST_MAX and 0 <= col <= _FAST_MAX):
+        return None
+    return _numpy.triangle_indices(row, col, min(max(offset, -row), col), upper, _INT64)
+
+
 def _triangle_indices(
     row: int,
     col: int | None,
@@ -80,6 +109,9 @@ def _triangle_indices(
     upper: bool,
     chunks: Any = None,
 ) -> Array:
+    fast = _fast_path(row, col, offset, dtype, device, xp, chunks, upper)
+    if fast is not None:
+        return fast
     row = as_nonnegative_int(row, "row")
     col = row if col is None else as_nonnegative_int(col, "col")
     offset = as_int(offset, "offset")
@@ -102,8 +134,9 @@ _NOTES = """
     whose row lengths grow (or, for the upper triangle, shrink) by one, and a rectangle of full
     rows. Entry ``t`` of the trapezoid lies in the row given by the root of a quadratic, found
     with a double-precision square root and corrected against exact 64-bit row starts; the
-    rectangle is a division. Nothing of size ``row * col`` is built, unlike NumPy's and CuPy's
-    own functions, which make a boolean mask and call ``nonzero``.
+    rectangle is a division. Nothing of size ``row * col`` is built (but a mask of at most 6400
+    entries by the NumPy engine), unlike NumPy's and CuPy's own functions, which make a
+    boolean mask and call ``nonzero``.
 
     Time and memory are O(N) for N entries. The NumPy and CuPy engines allocate nothing of size
     N but the output; the generic engine makes a few int64 temporaries of size N.
@@ -113,11 +146,12 @@ _NOTES = """
     every engine: an index past 2**63 - 1 (where NumPy raises ``OverflowError``), a `row` or
     `col` past 2**63 - 1, or more than 2**63 - 1 entries, raise ``ValueError``.
 
-    Backend support: NumPy (a vectorized in-place fill), CuPy (one CUDA kernel, no host
-    synchronization, correct beyond 2**31 entries), Dask (lazy, each chunk filled by the NumPy
-    engine from its own range of entries, nothing gathered), and any other array-API
-    namespace, such as array-api-strict or PyTorch (the closed form in array-API operations,
-    which needs int64 and float64 on the device).
+    Backend support: NumPy (whole rows at a time: a small mask, one ``repeat``, or fills and
+    copies of slices, by size), CuPy (one CUDA kernel, no host synchronization, correct beyond
+    2**31 entries), Dask (lazy, each chunk computed by the closed form in NumPy from its own
+    range of entries, nothing gathered), and any other array-API namespace, such as
+    array-api-strict or PyTorch (the closed form in array-API operations, which needs int64
+    and float64 on the device).
 """
 
 _PARAMS = """

@@ -11,7 +11,7 @@ from typing import Any
 from ._case import Case, import_jax
 
 # (points, D, dtype)
-CPU_DENSITY_CASES = [(1_000_000, 16, "float64"), (1_000_000, 16, "float32")]
+CPU_DENSITY_CASES = [(2**20, 16, "float64"), (2**20, 16, "float32")]  # the 2**20 x 16
 SLOW_PEER_S = 0.5
 CUPY_DENSITY_CASES = [(1_000_000, 16, "float32"), (1_000_000, 16, "float64")]
 CPU_CDF_CASES = [(100, 10, 1e-4)]  # (problems, D, abseps): SciPy takes ms a problem

@@ -106,6 +106,9 @@ class MultivariateNormal(CdfMethods, Properties):
 
     On CuPy, ``log_prob``/``prob`` and ``sample``/``rsample`` run fused kernels for
     D <= 32 (float32, float64): one pass over the points, the normals drawn in the kernel.
+    On NumPy, ``log_prob``/``prob`` of a distribution with no batch (D <= 64) read the points
+    once, in chunks that stay in the cache: ``x - loc`` times ``L^-T`` (computed once), and
+    the rows' sums of squares, with no temporary of the points' size.
 
     Results are arrays of the parameters' library: on NumPy a result of shape ``()`` (one
     point, one distribution) is a 0-d ``numpy.ndarray``, never a NumPy scalar, in every
@@ -342,14 +345,23 @@ class MultivariateNormal(CdfMethods, Properties):
     def _log_prob(self, value: Any) -> Array:
         xp = self._xp
         fused = self._fused_kernels()
-        value = self._value(value, "value", check_values=fused is None)
+        # NumPy's engine of one distribution at many points (`_numpy`), where it takes it
+        points = None if fused is not None else dispatch(xp, _POINTS, self._batch_shape, self._d)
+        value = self._value(value, "value", check_values=fused is None and points is None)
         if fused is not None:
             params = functools.partial(self._fused_params, fused)
             out = fused.log_prob_of(value, params, self._batch_shape, self._validate)
             if out is not None:
                 return out
-            if self._validate and not all_true(xp, xp.isfinite(value)):
-                raise ValueError(bad_values("value", shape_of(value), False))
+        if points is not None:
+            out = points(
+                value, self._loc, self._inverse_factor_t(), self._half_log_det(), self._validate
+            )
+            if out is not None:
+                return result(out)
+        unchecked = fused is not None or points is not None  # the engine was to check them
+        if unchecked and self._validate and not all_true(xp, xp.isfinite(value)):
+            raise ValueError(bad_values("value", shape_of(value), False))
         diff = value - self._loc
         if self._d == 0 or math.prod(shape_of(diff)) == 0:
             maha = xp.sum(diff * diff, axis=-1)
@@ -438,8 +450,9 @@ class MultivariateNormal(CdfMethods, Properties):
 # ---- what the engines and the tables use ------------------------------------------------
 
 
-def _no_kernels(dtype: Any, d: int) -> None:
-    return None
+def _no_kernels(*args: Any) -> None:
+    """The engine of the kinds without fused kernels (`_FUSED`) or points engine
+    (`_POINTS`): none."""
 
 
 def _differentiated(*arrays: Any) -> bool:
@@ -550,6 +563,14 @@ _NORMAL = Engines(
 # the fused CuPy kernels, where they take the dtype and D
 _FUSED = Engines(
     __package__, numpy=_no_kernels, cupy="._cupy:kernels_for", dask=_no_kernels, generic=_no_kernels
+)
+# NumPy's log_prob of one distribution at many points, where it takes the batch and D
+_POINTS = Engines(
+    __package__,
+    numpy="._numpy:points_engine",
+    cupy=_no_kernels,
+    dask=_no_kernels,
+    generic=_no_kernels,
 )
 
 
