@@ -556,3 +556,23 @@ def test_cupy_fused_factor_cotangent(cupy_only, dtype_name, upper, batch, m, k):
     scale = np.abs(want_y).max()
     np.testing.assert_allclose(dy, want_y, rtol=tol, atol=tol * scale)
     np.testing.assert_allclose(cp.asnumpy(dx), want_x, rtol=tol, atol=tol * np.abs(want_x).max())
+
+
+def test_torch_cuda_triangular_solves_in_chunks(cupy_only, monkeypatch):
+    """Many right-hand sides on CUDA tensors are solved in chunks of columns (PyTorch's own
+    solve slows down sharply with their number): the same values as one NumPy solve."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA device")
+    from xpops._lib import _compat
+    from xpops.linalg import _agnostic
+
+    monkeypatch.setattr(_agnostic, "TORCH_CUDA_MAX_COLUMNS", 7)
+    rng = np.random.default_rng(41)
+    factor, _, clean = make_factor(rng, (), 5, "float64")
+    b = rng.standard_normal((5, 30))
+    tb, tf = torch.tensor(b, device="cuda"), torch.tensor(factor, device="cuda")
+    for lower, conj_trans in [(True, False), (True, True)]:
+        got = _agnostic.solve_triangular(tb, tf, lower, conj_trans, xp=_compat.array_namespace(tb))
+        op = clean.T if conj_trans else clean
+        np.testing.assert_allclose(got.cpu().numpy(), np.linalg.solve(op, b), rtol=1e-12)

@@ -220,9 +220,7 @@ def normal_as_float64(
     return xp.asarray(eps, dtype=dtype, device=device)
 
 
-def normal_torch(
-    xp: Namespace, shape: tuple[int, ...], dtype: Any, device: Any, rng: Any
-) -> Array:
+def normal_torch(xp: Namespace, shape: tuple[int, ...], dtype: Any, device: Any, rng: Any) -> Array:
     """`normal_as_float64` of PyTorch tensors, which may also draw from a ``torch.Generator``
     of their `device` (``torch.randn`` in `dtype`, on the device)."""
     if rng_kind(rng) != "torch":

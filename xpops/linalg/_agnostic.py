@@ -19,9 +19,22 @@ from .._lib._typing import Array, Namespace
 __all__ = ["cholesky_solve", "solve_triangular"]
 
 
+# PyTorch's CUDA triangular solve slows down sharply with the number of right-hand sides (an
+# H200, 16 x 16 factor: 0.1 ms for 1e5 columns, 9.4 s for 1e6): CUDA tensors are solved in
+# chunks of at most this many columns.
+TORCH_CUDA_MAX_COLUMNS = 1 << 16
+
+
 def _solve_torch(b: Array, a: Array, lower: bool, conj_trans: bool) -> Array:
     import torch
 
+    k = b.shape[-1]
+    if b.is_cuda and k > TORCH_CUDA_MAX_COLUMNS:
+        step = TORCH_CUDA_MAX_COLUMNS
+        parts = [
+            _solve_torch(b[..., i : i + step], a, lower, conj_trans) for i in range(0, k, step)
+        ]
+        return torch.cat(parts, dim=-1)
     if conj_trans:
         out = torch.linalg.solve_triangular(a.mH, b, upper=lower)
     else:
