@@ -549,9 +549,12 @@ def test_torch_grad_not_recorded_without_requires_grad():
 
 
 def _cumulative_reference(x, g, axis, exclusive, reverse):
-    """``dx_j = exp(x_j) * sum_{i covers j} g_i exp(-y_i)`` in float64 by NumPy's cumulative
-    sums (inputs of moderate size, so nothing overflows): independent of the scans."""
-    x, g = np.moveaxis(x.astype(np.float64), axis, -1), np.moveaxis(g.astype(np.float64), axis, -1)
+    """``dx_j = exp(x_j) * sum_{i covers j} g_i exp(-y_i)`` in long double by NumPy's
+    cumulative sums (inputs of moderate size, so nothing overflows): independent of the scans.
+    Long double, as float64 cumulative sums of a million terms carry errors of about
+    sqrt(n) ulp, as large as the float64 scan's own."""
+    wide = np.longdouble
+    x, g = np.moveaxis(x.astype(wide), axis, -1), np.moveaxis(g.astype(wide), axis, -1)
     if reverse:
         x, g = x[..., ::-1], g[..., ::-1]
     y = np.logaddexp.accumulate(x, axis=-1)
@@ -567,6 +570,7 @@ def _cumulative_reference(x, g, axis, exclusive, reverse):
     dx, scale = np.exp(x) * suffix, np.exp(x) * scale
     if reverse:
         dx, scale = dx[..., ::-1], scale[..., ::-1]
+    dx, scale = dx.astype(np.float64), scale.astype(np.float64)
     return np.moveaxis(dx, -1, axis), np.moveaxis(scale, -1, axis)
 
 

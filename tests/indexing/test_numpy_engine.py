@@ -104,7 +104,7 @@ def test_fast_path_matches_the_general_path():
     general path (a dtype given) gives the same array."""
     for row, col, offset in [(0, None, 0), (1, None, 0), (7, None, -2), (7, 5, 1), (50, 90, 200)]:
         for fn in (xpops.tril_indices, xpops.triu_indices):
-            fast = fn(row, col, offset)
+            fast = fn(row, col, offset, xp=np)  # with no `xp`, XPOPS_BACKEND's (maybe CuPy)
             general = fn(row, col, offset, dtype=np.int64, xp=np)
             assert type(fast) is np.ndarray
             assert fast.dtype == np.int64

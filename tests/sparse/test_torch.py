@@ -22,7 +22,11 @@ torch = pytest.importorskip("torch")
 nan, inf = np.nan, np.inf
 
 # PyTorch warns that its sparse CSR support is in beta each time a CSR tensor is made.
-pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta"),
+    # some PyTorch versions warn when a tensor is built outside an explicit invariant check
+    pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled"),
+]
 
 
 def tdtype(name):
@@ -37,8 +41,10 @@ def coo(e: Entries, shape, dtype="float64", device="cpu", *, coalesce=False):
     are those of e's coordinates, its dense ones those of e's values after the first."""
     indices = torch.as_tensor(np.array(e.coords, dtype=np.int64).reshape(len(e.coords), -1))
     values = torch.as_tensor(np.asarray(e.data)).to(tdtype(dtype))
-    t = torch.sparse_coo_tensor(indices, values, shape, device=device, check_invariants=True)
-    return t.coalesce() if coalesce else t
+    t = torch.sparse_coo_tensor(indices, values, shape, check_invariants=True)
+    # coalesced on the CPU, whose sums are IEEE's (a sum of -0.0 alone stays -0.0), as the
+    # references' are; PyTorch's CUDA coalesce gives +0.0 there
+    return (t.coalesce() if coalesce else t).to(device)
 
 
 def csr(e: Entries, shape, dtype="float64", device="cpu", *, index="int64"):
@@ -64,7 +70,12 @@ def csr(e: Entries, shape, dtype="float64", device="cpu", *, index="int64"):
     col_t = torch.as_tensor(coords[-1].reshape(*batch_shape, nnz)).to(it)
     values = torch.as_tensor(data.reshape(*batch_shape, nnz, *data.shape[1:])).to(tdtype(dtype))
     return torch.sparse_csr_tensor(
-        crow_t, col_t, values, size=shape, device=device, check_invariants=True
+        crow_t.contiguous(),  # PyTorch's checks want contiguous arrays, empty ones too
+        col_t.contiguous(),
+        values.contiguous(),
+        size=shape,
+        device=device,
+        check_invariants=True,
     )
 
 

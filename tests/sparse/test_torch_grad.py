@@ -20,7 +20,11 @@ from .test_torch import (
 
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta"),
+    # some PyTorch versions warn when a tensor is built outside an explicit invariant check
+    pytest.mark.filterwarnings("ignore:Sparse invariant checks are implicitly disabled"),
+]
 nan, inf = np.nan, np.inf
 
 

@@ -312,6 +312,10 @@ def divide_csr(
     block = tuple(xv.shape[1:])
     size = math.prod(block)
     rows = int(xptr.size) - 1
+    if block and size == 0:  # blocks of no values: the union of the patterns, empty blocks
+        zx, zy = (cupy.zeros((int(i.shape[0]), 1), dtype) for i in (xidx, yidx))
+        indptr, indices, _ = divide_csr(xptr, xidx, zx, yptr, yidx, zy, ncols, dtype)
+        return indptr, indices, cupy.empty((int(indices.shape[0]), *block), dtype)
     if block:
         xptr, xidx, xv = _expanded(xptr, xidx, xv, size)
         yptr, yidx, yv = _expanded(yptr, yidx, yv, size)

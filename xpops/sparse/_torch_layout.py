@@ -33,10 +33,34 @@ def sparse_shape(a: Any) -> tuple[int, ...]:
 
 
 def coalesced(a: Any) -> Any:
-    """A COO tensor coalesced (PyTorch sums duplicates from the first, keeping a lone -0.0),
-    detached: the engines' forward is not recorded (the autograd binding records it)."""
+    """A COO tensor coalesced, with IEEE sums of its duplicates, detached: the engines'
+    forward is not recorded (the autograd binding records it).
+
+    PyTorch sums duplicates from the first on the CPU (a sum of -0.0 alone stays -0.0), but
+    gives +0.0 for it on CUDA; there the positions whose terms are all -0.0 are found by a
+    second coalesce, of the count of other terms (the same indices give the same order),
+    and set to -0.0."""
+    torch = _torch()
     a = a.detach()
-    return a if a.is_coalesced() else a.coalesce()
+    if a.is_coalesced():
+        return a
+    c = a.coalesce()
+    values = a._values()
+    if a.device.type == "cpu" or not (values.is_floating_point() or values.is_complex()):
+        return c
+    parts = torch.view_as_real(values) if values.is_complex() else values
+    plain = ((parts != 0) | ~torch.signbit(parts)).to(torch.float32)  # NaN included
+    size = (*a.shape, *parts.shape[values.ndim :])
+    others = torch.sparse_coo_tensor(a._indices(), plain, size, check_invariants=False)
+    negative_zero = others.coalesce()._values() == 0
+    summed = c._values()
+    summed_parts = torch.view_as_real(summed) if summed.is_complex() else summed
+    fixed = torch.where(negative_zero, torch.full_like(summed_parts, -0.0), summed_parts)
+    if summed.is_complex():
+        fixed = torch.view_as_complex(fixed.contiguous())
+    return torch.sparse_coo_tensor(
+        c._indices(), fixed, tuple(a.shape), is_coalesced=True, check_invariants=False
+    )
 
 
 def ravel(coords: Any, shape: tuple[int, ...]) -> Any:
