@@ -100,14 +100,18 @@ def test_far_corners_in_every_way(monkeypatch, way, big, dtype):
 
 
 def test_fast_path_matches_the_general_path():
-    """Python-int calls with nothing else given take the fast path; the same call through the
-    general path (a dtype given) gives the same array."""
+    """Python-int calls with nothing else given take the fast path; it gives NumPy's own
+    indices, and the same array as the general path (a dtype given)."""
     for row, col, offset in [(0, None, 0), (1, None, 0), (7, None, -2), (7, 5, 1), (50, 90, 200)]:
-        for fn in (xpops.tril_indices, xpops.triu_indices):
+        for fn, ref in (
+            (xpops.tril_indices, np.tril_indices),
+            (xpops.triu_indices, np.triu_indices),
+        ):
             fast = fn(row, col, offset, xp=np)  # with no `xp`, XPOPS_BACKEND's (maybe CuPy)
             general = fn(row, col, offset, dtype=np.int64, xp=np)
             assert type(fast) is np.ndarray
             assert fast.dtype == np.int64
+            np.testing.assert_array_equal(fast, np.stack(ref(row, offset, col)))
             np.testing.assert_array_equal(fast, general)
 
 

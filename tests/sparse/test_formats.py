@@ -279,3 +279,28 @@ def test_nd_and_1d_dense_divisor(scipy_only, fx, fy):
         mask, want = dense_reference(x, "float64", yd, shape)
         assert_result(scipy_only, out, xs, mask, want, "float64")
         assert_values(np.asarray(out.toarray())[mask], want[mask], "float64")
+
+
+@pytest.mark.parametrize("kind", ["pydata", "torch", "scipy"])
+def test_no_positions_and_many_leading_ones(kind):
+    """A zero-length last dimension under more leading positions than the frames take in
+    rows: an empty result of the shape."""
+    shape = (2000, 3, 0)
+    if kind == "pydata":
+        pydata = pytest.importorskip("sparse")
+        a = pydata.COO.from_numpy(np.zeros(shape))
+    elif kind == "torch":
+        torch = pytest.importorskip("torch")
+        a = torch.sparse_coo_tensor(
+            torch.zeros((3, 0), dtype=torch.int64), torch.zeros(0), shape, check_invariants=False
+        )
+    else:
+        if not hasattr(sp, "coo_array"):
+            pytest.skip("no coo_array")
+        try:
+            a = sp.coo_array((np.zeros(0), tuple(np.zeros(0, int) for _ in shape)), shape=shape)
+        except (TypeError, ValueError):
+            pytest.skip("this SciPy has no N-D COO arrays")
+    out = xpops.sparse.divide(a, a)
+    assert tuple(out.shape) == shape
+    assert type(out) is type(a)

@@ -233,3 +233,18 @@ def test_cotangent_errors():
             RULE.backward(residuals, bad)
     with pytest.raises(TypeError, match=r"cotangent of sparse\.divide must be a PyTorch tensor"):
         RULE.backward(residuals, np.ones(shape))
+
+
+@pytest.mark.parametrize("y", [2**64, 10**30, -(2**70)])
+def test_python_int_divisor_past_int64(y):
+    """A Python int past int64 divides as the float it converts to, forward and backward."""
+    x = torch.sparse_coo_tensor(
+        torch.tensor([[0, 2]]),
+        torch.tensor([1.5, -2.0], dtype=torch.float64),
+        (4,),
+        check_invariants=False,
+    ).requires_grad_()
+    out = xpops.sparse.divide(x, y)
+    np.testing.assert_allclose(out.to_dense().detach().numpy(), [1.5 / y, 0, -2.0 / y, 0])
+    out.to_dense().sum().backward()
+    np.testing.assert_allclose(x.grad.to_dense().numpy(), [1 / float(y), 0, 1 / float(y), 0])

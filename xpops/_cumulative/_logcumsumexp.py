@@ -161,8 +161,9 @@ def logcumsumexp(
     Backend support: NumPy (blocked, vectorized; faster than ``numpy.logaddexp.accumulate``),
     CuPy (CUDA kernels for long 1-D scans, many short rows and strided axes; no transposing
     copies), Dask (lazy: each chunk scanned by the in-memory op, block carries combined with
-    ``logaddexp``), PyTorch (the NumPy engine for CPU tensors, on their memory through DLPack;
-    CUDA tensors as other namespaces), and any other array-API namespace (a log-depth scan in
+    ``logaddexp``), PyTorch (the NumPy engine for CPU tensors, the CuPy kernels for CUDA
+    tensors where CuPy is installed, on their memory through DLPack; other tensors as other
+    namespaces), and any other array-API namespace (a log-depth scan in
     array-API operations).
 
     JAX: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and their compositions take floating JAX

@@ -1,8 +1,8 @@
 """The latency cases: small calls of every op, timed back to back (`Case.per_call`), so that
 the host's time per call shows; each against the same call of PyTorch (on the backend's
-device) where PyTorch has one, and of the library's own operation otherwise (NumPy's
-``tril_indices`` and ``logaddexp.accumulate``, SciPy's ``multivariate_normal.logpdf`` and
-the sparse ``x + y`` of SciPy or cupyx, the cheapest pattern union there is)."""
+device) where PyTorch has one and, on the CPU, of NumPy or SciPy (NumPy's ``tril_indices``
+and ``logaddexp.accumulate``, SciPy's ``multivariate_normal.logpdf``), and sparse.divide
+against the sparse ``x + y`` of SciPy or cupyx, the cheapest pattern union there is."""
 
 import functools
 from collections.abc import Callable

@@ -12,15 +12,21 @@ and writes the cotangent once, where the generic code makes and reads several
 (batch, M, M) intermediates and runs two batched matrix products.
 """
 
+import math
+
 import cupy
 
 from ._grads import factor_cotangent as generic_factor_cotangent
 
-__all__ = ["MAX_M", "factor_cotangent"]
+__all__ = ["MAX_K", "MAX_M", "MIN_ELEMENTS", "factor_cotangent"]
 
 # The kernel's reads of a column grow with M (M - j a thread, M^2 / 2 an element's row on
-# average): past 64 the batched matrix products of the generic code are the better plan.
+# average) and its serial loop with K: past 64 of either the batched matrix products of the
+# generic code are the better plan. A thread an element: with fewer than MIN_ELEMENTS
+# elements the GPU is mostly idle, and the generic code's products spread the work better.
 MAX_M = 64
+MAX_K = 64
+MIN_ELEMENTS = 1 << 16
 
 _KERNEL = cupy.ElementwiseKernel(
     "raw T U, raw T X, raw T F, int64 M, int64 K, bool upper",
@@ -60,10 +66,17 @@ def factor_cotangent(
     dx: cupy.ndarray, z: cupy.ndarray, u: cupy.ndarray, upper: bool, batch: tuple[int, ...]
 ) -> cupy.ndarray:
     """`._grads.factor_cotangent` on CuPy arrays: the fused kernel for real dtypes, factors
-    with no broadcast batch dimension and M <= `MAX_M`, the generic code otherwise."""
+    with no broadcast batch dimension, M <= `MAX_M`, K <= `MAX_K` and at least
+    `MIN_ELEMENTS` elements, the generic code otherwise.
+
+    Where `dx` or `z` holds an infinity the two differ in which non-finite value they give:
+    the kernel multiplies only the used triangle, the generic matrix products also its
+    zeros (``0 * inf`` is NaN), so the kernel may give +-inf where the generic code gives
+    NaN."""
     m, k = dx.shape[-2], dx.shape[-1]
     full = tuple(dx.shape[:-2])
-    if dx.dtype.kind != "f" or batch != full or m > MAX_M or dx.size == 0:
+    small = m <= MAX_M and k <= MAX_K and math.prod(full) * m * m >= MIN_ELEMENTS
+    if dx.dtype.kind != "f" or batch != full or not small or dx.size == 0:
         return generic_factor_cotangent(dx, z, u, upper, batch)
     dx, z, u = (cupy.ascontiguousarray(a) for a in (dx, z, u))
     dy = cupy.empty((*batch, m, m), dx.dtype)

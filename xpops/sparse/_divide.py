@@ -97,7 +97,9 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
         each batch (which their layout cannot hold), or Dask operands are chunked
         differently.
     NotImplementedError
-        For PyTorch tensors on devices other than the CPU and CUDA devices that CuPy sees.
+        For PyTorch sparse tensors divided by sparse tensors on devices other than the CPU
+        and CUDA devices that CuPy sees (scalar and dense divisors divide the stored values
+        by PyTorch's own division, on any device).
     OverflowError
         If `y` is a Python int too large to convert to a float (as in NumPy).
 

@@ -134,7 +134,8 @@ class Frame:
     def __init__(self, shape: tuple[int, ...], nnz: int) -> None:
         self.shape = shape
         lead, last = math.prod(shape[:-1]), (shape[-1] if shape else 1)
-        self.natural = lead <= max(NATURAL_ROWS_PER_ENTRY * nnz, 1 << 10)
+        # no positions at all (a zero-length dimension): nothing to fold
+        self.natural = lead * last == 0 or lead <= max(NATURAL_ROWS_PER_ENTRY * nnz, 1 << 10)
         if self.natural:
             self.rows, self.ncols = lead, last
         else:

@@ -89,7 +89,10 @@ class _Frame:
     def __init__(self, shape: tuple[int, ...], nnz: int, natural: bool) -> None:
         self.shape = shape
         lead = math.prod(shape[:-1])
-        self.natural = natural or lead <= max(NATURAL_ROWS_PER_ENTRY * nnz, 1 << 10)
+        # no positions at all (a zero-length dimension): nothing to fold
+        self.natural = (
+            natural or math.prod(shape) == 0 or lead <= max(NATURAL_ROWS_PER_ENTRY * nnz, 1 << 10)
+        )
         if self.natural:
             self.rows, self.ncols = lead, (shape[-1] if shape else 1)
         else:
@@ -187,7 +190,7 @@ def _csr_result(x: Any, indptr: Any, indices: Any, values: Any, dtype: Any) -> A
         indptr = (indptr[at] - indptr[starts[:-1], None]).reshape(*batch_shape, per + 1)
         indices = indices.reshape(*batch_shape, nnz)
         values = values.reshape(*batch_shape, nnz, *values.shape[1:])
-    index = _index_dtype(crow, int(values.shape[0]), int(x.shape[crow.ndim]))
+    index = _index_dtype(crow, int(indices.shape[-1]), int(x.shape[crow.ndim]))
     return torch.sparse_csr_tensor(
         indptr.to(index),
         indices.to(index),

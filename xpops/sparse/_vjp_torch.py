@@ -15,6 +15,7 @@ from typing import Any
 
 from .._lib._names import type_name
 from . import _torch_layout as layout
+from ._torch import _scalar as scalar_divisor
 
 __all__ = ["backward"]
 
@@ -104,7 +105,8 @@ def backward(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any]:
     x_coords, _ = layout.raw_coords(x)
     at_x = _search(o_keys, layout.ravel(x_coords, shape))
     if not isinstance(y, torch.Tensor) or (y.layout == torch.strided and y.ndim == 0):
-        yv = y.detach().to(ctype) if isinstance(y, torch.Tensor) else y
+        # a Python int past int64 as the forward took it (the float it converts to)
+        yv = y.detach().to(ctype) if isinstance(y, torch.Tensor) else scalar_divisor(y)
         dx = dout[at_x] / (yv.conj() if isinstance(yv, torch.Tensor) else _conj_number(yv))
         dy = None
         if isinstance(y, torch.Tensor):
