@@ -11,6 +11,7 @@ from typing import Any
 import xpops
 
 from ._case import Case
+from .gradients import _torch
 
 OP = "latency"
 TRIANGLE = 1000  # tril_indices(1000)
@@ -18,16 +19,6 @@ SCAN = (64, 4096)  # logcumsumexp along axis 1, float32
 SOLVE = (100, 16)  # cholesky_solve of 100 systems of 16 unknowns, K = 1, float32
 SPARSE = (1000, 10_000)  # sparse.divide, 1000 x 1000 with 1e4 + 1e4 entries, float64
 POINTS = (1000, 16)  # MultivariateNormal.log_prob of 1000 points in 16 dimensions, float32
-
-
-def _torch(backend: str) -> Any:
-    try:
-        import torch
-    except ImportError:
-        return None
-    if backend == "cupy" and not torch.cuda.is_available():
-        return None
-    return torch
 
 
 def _xp(backend: str) -> Any:
