@@ -18,7 +18,7 @@ __all__ = ["cholesky_solve"]
 # Each engine takes (x, y, upper, *, xp) as validated and cast below: x (*, M, K), y (*, M, M),
 # one float or complex compute dtype, nothing empty. The NumPy and generic engines are imported
 # on first use too: the NumPy one imports SciPy. PyTorch tensors take the NumPy and CuPy
-# engines (faster than torch.cholesky_solve on the CPU).
+# engines (faster than torch.cholesky_solve on the CPU); JAX arrays XLA's triangular solve.
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:cholesky_solve",
@@ -26,6 +26,7 @@ _ENGINES = Engines(
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
     torch=OWN_ENGINES,
+    jax="._jax:cholesky_solve",
 )
 # The fast path's engine (two CuPy arrays, or PyTorch tensors that our engines take, of one
 # float or complex dtype, one batch shape, nothing empty): only its CuPy and PyTorch entries
@@ -38,6 +39,7 @@ _SAME_BATCH_ENGINES = Engines(
     generic="._agnostic:cholesky_solve",
     torch=OWN_ENGINES,
 )
+_RULE = "xpops.linalg._vjp:RULE"  # the backward rule, for the PyTorch and JAX bindings
 
 
 def _shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> str:
@@ -230,6 +232,10 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     """
     a: Array = x  # the arrays, typed for attribute access (ArrayT ties the result's type to x)
     b: Array = y
+    # Concrete floating JAX arrays go to the JAX binding, as on the general path, whose
+    # compiled program checks the arguments when it is traced.
+    if type(upper) is bool and _jax.takes_directly(a, b):
+        return _jax.apply(_RULE, (a, b), {"upper": upper})
     # The common CuPy call (and PyTorch's, on our engines) goes straight to the kernel: the
     # general checks cost more host time than the kernel takes for small batches. The guard and
     # the checks here imply every check below (same batch shape, hence broadcasting ones;
@@ -252,9 +258,9 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     xp, (a, b) = _backend.array_args(a, b, names=("x", "y"))
     upper = as_bool(upper, "upper")
     if _autograd.recording(a, b):
-        return _autograd.apply("xpops.linalg._vjp:RULE", (a, b), {"upper": upper})
+        return _autograd.apply(_RULE, (a, b), {"upper": upper})
     if _jax.handles(a, b):
-        return _jax.apply("xpops.linalg._vjp:RULE", (a, b), {"upper": upper})
+        return _jax.apply(_RULE, (a, b), {"upper": upper})
     xs, ys = tuple(a.shape), tuple(b.shape)
     compute_dtype, out_dtype = _resolve_dtypes(xp, a, b)
     out_shape, vector = _check_shapes(xs, ys)
