@@ -57,7 +57,7 @@ def logcumsumexp(x: Array, axis: int, exclusive: bool, reverse: bool) -> Array:
         return log_depth_scan(x, axis, exclusive, reverse, jnp)
     if x.size == 0:
         return x
-    flags = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    flags: dict[str, Any] = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
     return jax.lax.platform_dependent(
         x,
         cpu=functools.partial(scan, inclusive=tree_scan, **flags),
