@@ -171,14 +171,16 @@ def logcumsumexp(
     CuPy (CUDA kernels for long 1-D scans, many short rows and strided axes; no transposing
     copies), Dask (lazy: each chunk scanned by the in-memory op, block carries combined with
     ``logaddexp``), PyTorch (the NumPy engine for CPU tensors, on their memory through DLPack;
-    CUDA tensors as other namespaces), and any other array-API namespace (a log-depth scan in
-    array-API operations).
+    CUDA tensors as other namespaces), JAX (``jax.lax.cumlogsumexp`` on a GPU or TPU, an
+    associative scan of ``logaddexp`` on the CPU; complex input as other namespaces), and any
+    other array-API namespace (a log-depth scan in array-API operations).
 
     JAX: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and their compositions take floating JAX
     arrays, the gradient given by the backward rule (a ``jax.custom_vjp``: no NaN at ``-inf``
-    inputs), the function compiled as one program (JAX compiles it once per shape and
-    arguments). No check needs the values of `x`, so none is skipped under a trace. Forward
-    mode (``jax.jvp``, ``jax.jacfwd``) is not available.
+    inputs; for real input its sum computed by one associative scan), the function compiled as
+    one program (JAX compiles it once per shape and arguments). No check needs the values of
+    `x`, so none is skipped under a trace. Forward mode (``jax.jvp``, ``jax.jacfwd``) is not
+    available.
 
     Examples
     --------

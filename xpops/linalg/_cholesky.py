@@ -188,7 +188,8 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     Backend support: NumPy (SciPy's BLAS ``trsm`` on the arrays' own memory for large
     systems; a substitution vectorized over the batch for many small ones); CuPy (CUDA
     engine); PyTorch (the NumPy engine for CPU tensors, on their memory through DLPack;
-    ``torch.linalg.solve_triangular`` for CUDA tensors and those it does not take); any other
+    ``torch.linalg.solve_triangular`` for CUDA tensors and those it does not take); JAX
+    (``jax.lax.linalg.triangular_solve``, as ``jax.scipy.linalg.cho_solve``); any other
     array-API namespace (array-api-strict, ...): the array API standard has no triangular
     solve, so each triangular solve is ``xp.linalg.solve`` on the triangle selected by
     ``xp.tril`` or ``xp.triu``, and systems with a zero diagonal entry come out as NaN.
