@@ -8,7 +8,7 @@ from .. import _backend
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
 from .._lib import _compat
-from .._lib._dispatch import OWN_ENGINES, Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
+from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
 from .._lib._validation import as_bool
@@ -17,15 +17,16 @@ __all__ = ["cholesky_solve"]
 
 # Each engine takes (x, y, upper, *, xp) as validated and cast below: x (*, M, K), y (*, M, M),
 # one float or complex compute dtype, nothing empty. The NumPy and generic engines are imported
-# on first use too: the NumPy one imports SciPy. PyTorch tensors take the NumPy and CuPy
-# engines (faster than torch.cholesky_solve on the CPU); JAX arrays XLA's triangular solve.
+# on first use too: the NumPy one imports SciPy. PyTorch tensors take torch.cholesky_solve for
+# small systems on the CPU and the NumPy and CuPy engines otherwise (`_torch`); JAX arrays XLA's
+# triangular solve.
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:cholesky_solve",
     cupy="._cupy:cholesky_solve",
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
-    torch=OWN_ENGINES,
+    torch="._torch:cholesky_solve",
     jax="._jax:cholesky_solve",
 )
 # The fast path's engine (two CuPy arrays, or PyTorch tensors that our engines take, of one
@@ -37,7 +38,7 @@ _SAME_BATCH_ENGINES = Engines(
     cupy="._cupy:solve_same_batch",
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
-    torch=OWN_ENGINES,
+    torch="._torch:solve_same_batch",
 )
 _RULE = "xpops.linalg._vjp:RULE"  # the backward rule, for the PyTorch and JAX bindings
 
