@@ -188,7 +188,8 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
 
     Backend support: NumPy (SciPy's BLAS ``trsm`` on the arrays' own memory for large
     systems; a substitution vectorized over the batch for many small ones); CuPy (CUDA
-    engine); PyTorch (the NumPy engine for CPU tensors, on their memory through DLPack;
+    engine); PyTorch (``torch.cholesky_solve`` for CPU tensors of systems of M <= 32, the
+    NumPy engine on their memory through DLPack for larger ones;
     ``torch.linalg.solve_triangular`` for CUDA tensors and those it does not take); JAX
     (``jax.lax.linalg.triangular_solve``, as ``jax.scipy.linalg.cho_solve``); any other
     array-API namespace (array-api-strict, ...): the array API standard has no triangular
