@@ -81,3 +81,41 @@ def test_zero_pivot_stays_in_its_system():
     got = to_numpy(engine.cholesky_solve(jnp.asarray(b), jnp.asarray(factor), False))
     assert not np.isfinite(got[1]).all()
     assert_solution(got[[0, 2]], reference(a[[0, 2]], b[[0, 2]]), "float64")
+
+
+# (right-hand sides, factors): the backward's products C u with few right-hand sides, K = 1
+# (separate products) and K > 1 after folding a summed batch dimension (concatenated ones)
+GRAD_CASES = [
+    ((7, 1), (7, 7)),
+    ((2, 3, 7, 1), (3, 7, 7)),
+    ((2, 7, 1), (2, 1, 7, 7)),
+    ((7, 2), (7, 7)),
+]
+
+
+@pytest.mark.parametrize(("xs", "ys"), GRAD_CASES)
+@pytest.mark.parametrize("upper", [False, True])
+def test_gradients_with_few_right_hand_sides(xs, ys, upper):
+    """jax.grad through the rule against JAX's own autodiff of cho_solve on the used
+    triangle (the factor broadcast explicitly there)."""
+    from xpops.linalg import cholesky_solve
+
+    rng = np.random.default_rng(len(xs) + 7 * upper)
+    factor, _, clean = make_factor(rng, ys[:-2], ys[-1], upper=upper)
+    b = rng.standard_normal(xs)
+    w = rng.standard_normal(np.broadcast_shapes(xs, (*ys[:-1], xs[-1])))
+
+    def ours(b, u):
+        return jnp.sum(w * cholesky_solve(b, u, upper=upper))
+
+    def theirs(b, u):
+        used = jnp.triu(u) if upper else jnp.tril(u)
+        batch = np.broadcast_shapes(b.shape[:-2], u.shape[:-2])
+        used = jnp.broadcast_to(used, (*batch, *u.shape[-2:]))
+        rhs = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
+        return jnp.sum(w * jax.scipy.linalg.cho_solve((used, not upper), rhs))
+
+    got = jax.jit(jax.grad(ours, (0, 1)))(jnp.asarray(b), jnp.asarray(factor))
+    want = jax.grad(theirs, (0, 1))(jnp.asarray(b), jnp.asarray(clean))
+    for g, r in zip(got, want, strict=True):
+        np.testing.assert_allclose(to_numpy(g), to_numpy(r), rtol=1e-10, atol=1e-10)
