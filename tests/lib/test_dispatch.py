@@ -58,7 +58,7 @@ def _generic_engine(*args, **kwargs):
 
 
 def test_engine_kinds_order():
-    assert ENGINE_KINDS == ("numpy", "cupy", "dask", "torch", "generic")
+    assert ENGINE_KINDS == ("numpy", "cupy", "dask", "torch", "jax", "generic")
 
 
 def test_string_engines_are_imported_lazily_relative_to_the_package(engine_package):
@@ -113,7 +113,7 @@ def test_callable_engines_are_returned_as_they_are():
     assert engines["numpy"] is _numpy_engine
     assert engines["generic"] is _generic_engine
     with pytest.raises(KeyError):
-        engines["jax"]
+        engines["mlx"]
 
 
 def test_torch_engine_defaults_to_the_generic_one(engine_package):
@@ -231,6 +231,34 @@ def test_engine_kind_torch():
     assert engine_kind(array_api_compat.torch) == "torch"
 
 
+def test_engine_kind_jax():
+    jnp = pytest.importorskip("jax.numpy")
+    from xpops._lib import _compat
+
+    assert engine_kind(jnp) == "jax"
+    assert engine_kind(_compat.array_namespace(jnp.zeros(2))) == "jax"
+
+
+def test_jax_engine_defaults_to_the_generic_one(engine_package):
+    engines = Engines(
+        engine_package,
+        numpy=_numpy_engine,
+        cupy=_numpy_engine,
+        dask=_numpy_engine,
+        generic=_generic_engine,
+    )
+    assert engines["jax"] is _generic_engine
+    own = Engines(
+        engine_package,
+        numpy=_numpy_engine,
+        cupy=_numpy_engine,
+        dask=_numpy_engine,
+        generic=_generic_engine,
+        jax="._slow:engine",
+    )
+    assert own["jax"] is sys.modules[f"{engine_package}._slow"].engine
+
+
 def test_engine_kind_cupy(cupy_only):
     import array_api_compat.cupy
 
@@ -288,8 +316,9 @@ def test_dispatch_kind_calls_the_engine_of_the_kind(engine_package):
     assert dispatch_kind("generic", engines, "a") == ("generic", ("a",), {})
     assert dispatch_kind("cupy", engines, 5) == ("slow", (5,), {})
     assert dispatch_kind("torch", engines, "b") == ("generic", ("b",), {})
+    assert dispatch_kind("jax", engines, "c") == ("generic", ("c",), {})
     with pytest.raises(KeyError):
-        dispatch_kind("jax", engines)
+        dispatch_kind("mlx", engines)
 
 
 # ---- cupy_fast_arrays -----------------------------------------------------------------------

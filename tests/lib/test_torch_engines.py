@@ -2,7 +2,9 @@
 engines, CUDA tensors on the CuPy engines by DLPack, the generic engine for the rest.
 
 The CPU tests compare with the same call on NumPy arrays (the same engine: equal bits); the
-CUDA tests, with the same call on CuPy arrays, and skip without CUDA and CuPy.
+CUDA tests, with the same call on CuPy arrays, and skip without CUDA and CuPy. cholesky_solve
+gives CPU tensors of small systems to ``torch.cholesky_solve`` (`xpops.linalg._torch`): here
+that is turned off, except in the tests of that path at the end of the CPU section.
 """
 
 import sys
@@ -14,6 +16,7 @@ import pytest
 import xpops
 from xpops._lib import _torch
 from xpops._lib._dispatch import torch_fast_arrays
+from xpops.linalg import _torch as linalg_torch
 
 torch = pytest.importorskip("torch")
 
@@ -52,6 +55,12 @@ def _same(out, ref, device="cpu"):
     assert host.dtype == ref.dtype
     assert host.shape == ref.shape
     assert np.ascontiguousarray(host).tobytes() == np.ascontiguousarray(ref).tobytes()
+
+
+@pytest.fixture(autouse=True)
+def _own_engines_for_small_systems(monkeypatch):
+    """cholesky_solve's CPU tensors on the NumPy engine whatever M (see the module docstring)."""
+    monkeypatch.setattr(linalg_torch, "_TORCH_MAX_M", 0)
 
 
 @pytest.fixture
@@ -138,6 +147,73 @@ def test_zero_size_logcumsumexp(shape):
     for axis in (0, -1, None):
         out = xpops.logcumsumexp(torch.zeros(shape, dtype=torch.float64), axis=axis)
         _same(out, xpops.logcumsumexp(np.zeros(shape), axis=axis))
+
+
+# ---- CPU: torch.cholesky_solve for small systems ---------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(
+    ("xs", "batch", "m"),
+    [
+        ((5, 6, 2), (5,), 6),  # one batch shape: the fast path
+        ((6,), (), 6),  # a vector
+        ((2, 1, 32, 2), (3,), 32),  # broadcast both ways, the largest M for PyTorch
+        ((2, 33, 3), (2,), 33),  # the smallest M for the NumPy engine
+    ],
+)
+def test_cholesky_solve_cpu_small_systems_by_torch(
+    dtype, upper, xs, batch, m, engines_used, monkeypatch
+):
+    """Systems of M <= 32: torch.cholesky_solve, the NumPy engine's result to rounding (the
+    unused triangle's NaN never read), C-contiguous; larger ones: the NumPy engine, its bits."""
+    monkeypatch.setattr(linalg_torch, "_TORCH_MAX_M", 32)
+    rng = np.random.default_rng(1)
+    y = _factor(rng, batch, m, dtype)
+    if upper:
+        y = np.conj(np.swapaxes(y, -1, -2)).copy()
+    x = _data(rng, xs, dtype, special=False)
+    tx, ty = torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+    out = xpops.linalg.cholesky_solve(tx, ty, upper=upper)
+    want = xpops.linalg.cholesky_solve(x, y, upper=upper)
+    if m > 32:
+        _same(out, want)
+        assert engines_used == ["numpy"]
+        return
+    assert engines_used == []
+    assert type(out) is torch.Tensor
+    assert out.is_contiguous()
+    got = out.numpy()
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    tol = 1e-4 if dtype in ("float32", "complex64") else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert np.array_equal(tx.numpy(), x)
+    assert np.array_equal(ty.numpy(), y, equal_nan=True)
+
+
+def test_cholesky_solve_cpu_zero_pivot_by_torch(engines_used, monkeypatch):
+    """A zero pivot gives inf or NaN in its own system, no error, the others untouched; the
+    gradients (the backward's own solves by torch.cholesky_solve too) match PyTorch's."""
+    monkeypatch.setattr(linalg_torch, "_TORCH_MAX_M", 32)
+    rng = np.random.default_rng(3)
+    y = _factor(rng, (3,), 5, "float64")
+    y[1, 2, 2] = 0.0
+    x = _data(rng, (3, 5, 1), "float64", special=False)
+    out = xpops.linalg.cholesky_solve(torch.from_numpy(x), torch.from_numpy(y)).numpy()
+    assert engines_used == []
+    assert not np.isfinite(out[1]).all()
+    want = xpops.linalg.cholesky_solve(x[[0, 2]], y[[0, 2]])
+    np.testing.assert_allclose(out[[0, 2]], want, rtol=1e-12, atol=1e-12)
+    lower = torch.from_numpy(np.nan_to_num(np.tril(y[[0, 2]])))
+    ours = [torch.from_numpy(x[[0, 2]]).requires_grad_(), lower.clone().requires_grad_()]
+    theirs = [torch.from_numpy(x[[0, 2]]).requires_grad_(), lower.clone().requires_grad_()]
+    xpops.linalg.cholesky_solve(*ours).sum().backward()
+    torch.cholesky_solve(*theirs).sum().backward()
+    torch.testing.assert_close(ours[0].grad, theirs[0].grad, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(ours[1].grad, torch.tril(theirs[1].grad), rtol=1e-10, atol=1e-10)
+    assert engines_used == []
 
 
 @pytest.mark.parametrize(("xs", "ys"), [((0, 3, 2), (0, 3, 3)), ((3, 0), (3, 3)), ((0,), (0, 0))])

@@ -27,6 +27,10 @@ CASES = [
     ((3, 1, 3, 2), (4,), 3),
     ((3, 2), (2,), 3),
     ((2, 3, 2), (2, 1), 3),
+    # few right-hand sides (3K < M, K after folding the summed batch): the rule's reassociated
+    # products, C u = dx (z^H u) + z (dx^H u)
+    ((7,), (), 7),
+    ((2, 7, 1), (2, 1), 7),
 ]
 
 

@@ -1,8 +1,9 @@
 """logcumsumexp: the contract (docstring, validation) and the choice of engine.
 
 The engines: `_numpy` (NumPy), `_cupy` (CUDA kernels), `_dask` (chunk-wise, from the
-in-memory engines) and `_agnostic` (any other array-API namespace, by the log-depth scan of
-`_logdepth`); the special values of complex inputs are written once in `_complex`.
+in-memory engines), `_jax` (JAX arrays: XLA's own scans) and `_agnostic` (any other array-API
+namespace, by the log-depth scan of `_logdepth`); the special values of complex inputs are
+written once in `_complex`.
 """
 
 import operator
@@ -20,7 +21,8 @@ __all__ = ["logcumsumexp"]
 
 # Each engine takes (x, axis, exclusive, reverse): `x` of the compute dtype, ndim >= 1, and
 # `axis` normalized to 0 <= axis < x.ndim. PyTorch tensors take the NumPy and CuPy engines
-# (faster than torch.logcumsumexp on the CPU, which has no `exclusive` or `reverse`).
+# (faster than torch.logcumsumexp on the CPU, which has no `exclusive` or `reverse`). JAX
+# arrays take jax.lax.cumlogsumexp or an associative scan, by platform.
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:logcumsumexp",
@@ -28,7 +30,9 @@ _ENGINES = Engines(
     dask="._dask:logcumsumexp",
     generic="._agnostic:logcumsumexp",
     torch=OWN_ENGINES,
+    jax="._jax:logcumsumexp",
 )
+_RULE = "xpops._cumulative._vjp:RULE"  # the backward rule, for the PyTorch and JAX bindings
 
 
 def _resolve_dtypes(xp: Namespace, x: Array, dtype: DType) -> tuple[DType, DType]:
@@ -69,7 +73,12 @@ def _fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any) -> A
     zero-length one, no `dtype`, bool flags, an int axis in range or None), or None: the
     general path's checks cost 40 us of host time on the H100 hosts, which the GPU spends idle
     before the scan starts. Such a call passes every check of the general path, and the
-    engine gets the same arguments from either."""
+    engine gets the same arguments from either. A concrete floating JAX array goes to the JAX
+    binding, as on the general path, whose compiled program checks the arguments when it is
+    traced."""
+    if _jax.takes_directly(x):
+        kwargs = {"axis": axis, "exclusive": exclusive, "reverse": reverse, "dtype": dtype}
+        return _jax.apply(_RULE, (x,), kwargs)
     if dtype is not None or type(exclusive) is not bool or type(reverse) is not bool:
         return None
     if cupy_fast_arrays(x, chars="fd"):
@@ -163,14 +172,16 @@ def logcumsumexp(
     copies), Dask (lazy: each chunk scanned by the in-memory op, block carries combined with
     ``logaddexp``), PyTorch (the NumPy engine for CPU tensors, the CuPy kernels for CUDA
     tensors where CuPy is installed, on their memory through DLPack; other tensors as other
-    namespaces), and any other array-API namespace (a log-depth scan in
-    array-API operations).
+    namespaces), JAX (``jax.lax.cumlogsumexp`` on a GPU or TPU, an associative scan of
+    ``logaddexp`` on the CPU; complex input as other namespaces), and any other array-API
+    namespace (a log-depth scan in array-API operations).
 
     JAX: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and their compositions take floating JAX
     arrays, the gradient given by the backward rule (a ``jax.custom_vjp``: no NaN at ``-inf``
-    inputs), the function compiled as one program (JAX compiles it once per shape and
-    arguments). No check needs the values of `x`, so none is skipped under a trace. Forward
-    mode (``jax.jvp``, ``jax.jacfwd``) is not available.
+    inputs; for real input its sum computed by one associative scan), the function compiled as
+    one program (JAX compiles it once per shape and arguments). No check needs the values of
+    `x`, so none is skipped under a trace. Forward mode (``jax.jvp``, ``jax.jacfwd``) is not
+    available.
 
     Examples
     --------
@@ -201,10 +212,10 @@ def logcumsumexp(
         raise TypeError(msg)
     if _autograd.recording(a):
         kwargs = {"axis": axis, "exclusive": exclusive, "reverse": reverse, "dtype": dtype}
-        return _autograd.apply("xpops._cumulative._vjp:RULE", (a,), kwargs)
+        return _autograd.apply(_RULE, (a,), kwargs)
     if _jax.handles(a):
         kwargs = {"axis": axis, "exclusive": exclusive, "reverse": reverse, "dtype": dtype}
-        return _jax.apply("xpops._cumulative._vjp:RULE", (a,), kwargs)
+        return _jax.apply(_RULE, (a,), kwargs)
     exclusive = as_bool(exclusive, "exclusive")
     reverse = as_bool(reverse, "reverse")
     compute_dtype, out_dtype = _resolve_dtypes(xp, a, dtype)

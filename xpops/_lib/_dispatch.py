@@ -7,6 +7,8 @@ is a callable or a ``"module:attribute"`` string relative to the op's package; s
 imported on first use, so CuPy and Dask (and the op's kernels) load only when an array of
 theirs arrives. PyTorch tensors go to an op's ``torch`` engine: `OWN_ENGINES` serves them with
 the op's own NumPy and CuPy engines (`._torch`); an op without one serves them generically.
+JAX arrays go to an op's ``jax`` engine, which delegates to JAX's own operations where they
+meet the contract (array-api-extra's anatomy); an op without one serves them generically.
 """
 
 import importlib
@@ -28,9 +30,9 @@ __all__ = [
     "torch_fast_arrays",
 ]
 
-#: The engine kinds, in the order they are tried: NumPy, CuPy, Dask, PyTorch, any other
+#: The engine kinds, in the order they are tried: NumPy, CuPy, Dask, PyTorch, JAX, any other
 #: namespace.
-ENGINE_KINDS = ("numpy", "cupy", "dask", "torch", "generic")
+ENGINE_KINDS = ("numpy", "cupy", "dask", "torch", "jax", "generic")
 
 #: The ``torch`` engine that runs an op's own engines on tensors (`._torch.bridge`): its NumPy
 #: engine for CPU tensors and its CuPy engine for CUDA tensors, by DLPack without copies.
@@ -44,11 +46,11 @@ _KIND_OF_NAMESPACE: dict[str, str] = {}
 
 
 def engine_kind(xp: Namespace) -> str:
-    """``"numpy"``, ``"cupy"``, ``"dask"``, ``"torch"`` or ``"generic"``: which engine serves
-    `xp`.
+    """``"numpy"``, ``"cupy"``, ``"dask"``, ``"torch"``, ``"jax"`` or ``"generic"``: which
+    engine serves `xp`.
 
-    Never imports CuPy, Dask or PyTorch: a namespace of theirs can only exist once they are
-    imported.
+    Never imports CuPy, Dask, PyTorch or JAX: a namespace of theirs can only exist once they
+    are imported.
     """
     name = getattr(xp, "__name__", None)
     if name is None:  # array_api_compat tells namespaces apart by name alone
@@ -64,6 +66,8 @@ def engine_kind(xp: Namespace) -> str:
         kind = "dask"
     elif "torch" in sys.modules and _compat.is_torch_namespace(xp):
         kind = "torch"
+    elif "jax" in sys.modules and _compat.is_jax_namespace(xp):
+        kind = "jax"
     else:
         kind = "generic"
     _KIND_OF_NAMESPACE[name] = kind
@@ -85,6 +89,9 @@ class Engines:
         The engine of PyTorch tensors, as the others, or `OWN_ENGINES` (the op's NumPy and CuPy
         engines on the tensors' memory, `generic` where they cannot take them). Default:
         `generic`.
+    jax : callable or str, optional
+        The engine of JAX arrays (concrete or traced: it runs under ``jax.jit``, ``jax.vmap``
+        and the JAX binding's ``jax.custom_vjp``). Default: `generic`.
     """
 
     __slots__ = ("_package", "_resolved", "_spec")
@@ -98,6 +105,7 @@ class Engines:
         dask: Engine,
         generic: Engine,
         torch: Engine | None = None,
+        jax: Engine | None = None,
     ) -> None:
         self._package = package
         self._spec: dict[str, Engine] = {
@@ -105,6 +113,7 @@ class Engines:
             "cupy": cupy,
             "dask": dask,
             "torch": generic if torch is None else torch,
+            "jax": generic if jax is None else jax,
             "generic": generic,
         }
         self._resolved: dict[str, Callable[..., Any]] = {}

@@ -45,6 +45,9 @@ def _peers(backend: str, x: Any, axis: int | None) -> dict[str, Any]:
             j = j.reshape(-1) if axis is None else j
             scan = jax.jit(lambda a: jax.lax.cumlogsumexp(a, axis=dim))
             peers["jax"] = lambda: scan(j).block_until_ready()
+            # xpops on the same JAX array, called as it is (the JAX binding compiles the call)
+            jfull = jax.numpy.asarray(x.get())
+            peers["xpops via jax"] = lambda: xpops.logcumsumexp(jfull, axis).block_until_ready()
         except ImportError:
             pass
     else:

@@ -105,6 +105,12 @@ def _cupy_density_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callabl
         assert jx.dtype == x.dtype, (jx.dtype, x.dtype)
         logpdf = jax.jit(jax_mvn.logpdf)
         peers["jax log_prob"] = lambda: logpdf(jx, jloc, jcov).block_until_ready()
+        # xpops on the same JAX arrays (checks included, as in the row's own call)
+        from ..distributions import MultivariateNormal
+
+        ours = MultivariateNormal(jloc, covariance_matrix=jcov)
+        peers["xpops via jax log_prob"] = lambda: ours.log_prob(jx).block_until_ready()
+        peers.update(_numpyro_peers(jax, jloc, jcov, jx))
         jl = jax.numpy.linalg.cholesky(jcov)
 
         @jax.jit
@@ -117,6 +123,18 @@ def _cupy_density_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callabl
     except ImportError:
         pass
     return peers
+
+
+def _numpyro_peers(jax: Any, loc: Any, cov: Any, x: Any) -> dict[str, Callable[[], Any]]:
+    """NumPyro's ``MultivariateNormal.log_prob`` under ``jax.jit``, where NumPyro is
+    installed."""
+    try:
+        import numpyro.distributions as numpyro_dist
+    except ImportError:
+        return {}
+    dist = numpyro_dist.MultivariateNormal(loc, covariance_matrix=cov)
+    log_prob = jax.jit(dist.log_prob)
+    return {"numpyro log_prob": lambda: log_prob(x).block_until_ready()}
 
 
 def _cupy_density_cases() -> list[Case]:

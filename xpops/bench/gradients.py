@@ -4,7 +4,9 @@ pays them.
 Each row times ``xpops.vjp`` and its pull-back (``fwd+bwd``); its peers are the same forward
 alone (``xpops forward``: the backward's own cost is the difference), xpops called on PyTorch
 tensors that require grad (``xpops via torch``: our kernels through DLPack, backward by
-autograd), PyTorch's own op with ``.backward`` and JAX's ``jax.vjp`` under ``jit``.
+autograd), PyTorch's own op with ``.backward``, JAX's ``jax.vjp`` under ``jit``, and xpops
+called on the same JAX arrays under the same ``jax.jit`` of ``jax.vjp`` (``xpops via jax``:
+the JAX engines, backward by the rule's ``jax.custom_vjp``).
 `nbytes` counts the forward's bytes plus the backward's (its inputs read once, the
 cotangents written once).
 """
@@ -105,6 +107,8 @@ def _scan_cases(backend: str, full: bool) -> list[Case]:
         if jax is not None:
             jx, jg = jax.numpy.asarray(_host(backend, x)), jax.numpy.asarray(_host(backend, g))
             peers["jax"] = _jax_scan(jax, jx, jg, flat_shape, dim)
+            scan_x = functools.partial(xpops.logcumsumexp, axis=axis)
+            peers["xpops via jax"] = _jax_vjp_step(jax, scan_x, (jx,), jg)
         itemsize = x.dtype.itemsize
         text = "x".join(map(str, shape)) if len(shape) > 1 else f"2^{shape[0].bit_length() - 1}"
         out.append(
@@ -122,6 +126,15 @@ def _scan_cases(backend: str, full: bool) -> list[Case]:
 
 def _torch_scan(torch: Any, shape: tuple[int, ...], dim: int, t: Any) -> Any:
     return torch.logcumsumexp(t.reshape(shape), dim)
+
+
+def _jax_vjp_step(
+    jax: Any, fun: Callable[..., Any], primals: tuple[Any, ...], cot: Any
+) -> Callable[[], Any]:
+    """``fun``'s forward and pull-back at the JAX arrays `primals` and `cot`, as one program
+    (``jax.jit`` of ``jax.vjp``, as the ``jax`` peers)."""
+    step = jax.jit(lambda *a: jax.vjp(fun, *a[:-1])[1](a[-1]))
+    return lambda: jax.block_until_ready(step(*primals, cot))
 
 
 def _jax_scan(jax: Any, x: Any, g: Any, shape: tuple[int, ...], dim: int) -> Callable[[], Any]:
@@ -159,6 +172,7 @@ def _solve_cases(backend: str, full: bool) -> list[Case]:
         if jax is not None:
             args = tuple(jax.numpy.asarray(_host(backend, a)) for a in (b, low, g))
             peers["jax"] = _jax_solve(jax, *args)
+            peers["xpops via jax"] = _jax_vjp_step(jax, solve, args[:2], args[2])
         itemsize = b.dtype.itemsize
         # fwd: the factor's triangle, b, out; bwd: the factor twice, out, dout, db, dfactor
         nbytes = (batch * (m * m // 2 * 3 + m * m // 2) + 5 * b.size) * itemsize
@@ -224,6 +238,9 @@ def _log_prob_cases(backend: str, full: bool) -> list[Case]:
         if jax is not None:
             args = tuple(jax.numpy.asarray(_host(backend, a)) for a in (loc, low, v, g))
             peers["jax"] = _jax_log_prob(jax, *args)
+            peers["xpops via jax"] = _jax_vjp_step(
+                jax, lambda a, b, c: mvn(a, scale_tril=b).log_prob(c), args[:3], args[3]
+            )
         itemsize = v.dtype.itemsize
         out.append(
             Case(

@@ -131,7 +131,9 @@ class MultivariateNormal(CdfMethods, Properties):
     ``ValueError``, as its draws would be made once, at trace time, and reused by every call.
     `cdf` and `logcdf` of traced arrays run the NumPy engine when the compiled function runs
     (``jax.pure_callback``; one call per member of a vmapped batch), with no
-    ``IntegrationWarning`` (pass ``return_error=True`` to see the error estimates).
+    ``IntegrationWarning`` (pass ``return_error=True`` to see the error estimates). The
+    triangular solves (of `log_prob`, `kl_divergence` and the gradients) are
+    ``jax.lax.linalg.triangular_solve``.
 
     Dask: a Dask `value` gives lazy results chunk by chunk; Dask parameters (`loc` and the
     matrix both Dask arrays, chunked along batch dimensions, the last dimensions one chunk)

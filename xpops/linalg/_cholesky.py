@@ -8,7 +8,7 @@ from .. import _backend
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
 from .._lib import _compat
-from .._lib._dispatch import OWN_ENGINES, Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
+from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
 from .._lib._validation import as_bool
@@ -17,15 +17,17 @@ __all__ = ["cholesky_solve"]
 
 # Each engine takes (x, y, upper, *, xp) as validated and cast below: x (*, M, K), y (*, M, M),
 # one float or complex compute dtype, nothing empty. The NumPy and generic engines are imported
-# on first use too: the NumPy one imports SciPy. PyTorch tensors take the NumPy and CuPy
-# engines (faster than torch.cholesky_solve on the CPU).
+# on first use too: the NumPy one imports SciPy. PyTorch tensors take torch.cholesky_solve for
+# small systems on the CPU and the NumPy and CuPy engines otherwise (`_torch`); JAX arrays XLA's
+# triangular solve.
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:cholesky_solve",
     cupy="._cupy:cholesky_solve",
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
-    torch=OWN_ENGINES,
+    torch="._torch:cholesky_solve",
+    jax="._jax:cholesky_solve",
 )
 # The fast path's engine (two CuPy arrays, or PyTorch tensors that our engines take, of one
 # float or complex dtype, one batch shape, nothing empty): only its CuPy and PyTorch entries
@@ -36,8 +38,9 @@ _SAME_BATCH_ENGINES = Engines(
     cupy="._cupy:solve_same_batch",
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
-    torch=OWN_ENGINES,
+    torch="._torch:solve_same_batch",
 )
+_RULE = "xpops.linalg._vjp:RULE"  # the backward rule, for the PyTorch and JAX bindings
 
 
 def _shapes(xs: tuple[int, ...], ys: tuple[int, ...]) -> str:
@@ -185,9 +188,11 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
 
     Backend support: NumPy (SciPy's BLAS ``trsm`` on the arrays' own memory for large
     systems; a substitution vectorized over the batch for many small ones); CuPy (CUDA
-    engine); PyTorch (the NumPy engine for CPU tensors and the CuPy engine for CUDA tensors
-    where CuPy is installed, on their memory through DLPack; ``torch.linalg.solve_triangular``
-    for the tensors those engines do not take); any other
+    engine); PyTorch (``torch.cholesky_solve`` for CPU tensors of systems of M <= 32, the
+    NumPy engine on their memory through DLPack for larger ones, the CuPy engine for CUDA
+    tensors where CuPy is installed; ``torch.linalg.solve_triangular`` for the tensors those
+    engines do not take); JAX (``jax.lax.linalg.triangular_solve``, as
+    ``jax.scipy.linalg.cho_solve``); any other
     array-API namespace (array-api-strict, ...): the array API standard has no triangular
     solve, so each triangular solve is ``xp.linalg.solve`` on the triangle selected by
     ``xp.tril`` or ``xp.triu``, and systems with a zero diagonal entry come out as NaN.
@@ -231,6 +236,10 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     """
     a: Array = x  # the arrays, typed for attribute access (ArrayT ties the result's type to x)
     b: Array = y
+    # Concrete floating JAX arrays go to the JAX binding, as on the general path, whose
+    # compiled program checks the arguments when it is traced.
+    if type(upper) is bool and _jax.takes_directly(a, b):
+        return _jax.apply(_RULE, (a, b), {"upper": upper})
     # The common CuPy call (and PyTorch's, on our engines) goes straight to the kernel: the
     # general checks cost more host time than the kernel takes for small batches. The guard and
     # the checks here imply every check below (same batch shape, hence broadcasting ones;
@@ -253,9 +262,9 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     xp, (a, b) = _backend.array_args(a, b, names=("x", "y"))
     upper = as_bool(upper, "upper")
     if _autograd.recording(a, b):
-        return _autograd.apply("xpops.linalg._vjp:RULE", (a, b), {"upper": upper})
+        return _autograd.apply(_RULE, (a, b), {"upper": upper})
     if _jax.handles(a, b):
-        return _jax.apply("xpops.linalg._vjp:RULE", (a, b), {"upper": upper})
+        return _jax.apply(_RULE, (a, b), {"upper": upper})
     xs, ys = tuple(a.shape), tuple(b.shape)
     compute_dtype, out_dtype = _resolve_dtypes(xp, a, b)
     out_shape, vector = _check_shapes(xs, ys)

@@ -12,14 +12,15 @@ from .._lib._typing import Array, Namespace
 
 __all__ = ["solve_triangular"]
 
-# Each engine takes (b, a, lower, conj_trans, *, xp). NumPy has its own engine; every other
-# namespace, CuPy and Dask included, takes the generic one.
+# Each engine takes (b, a, lower, conj_trans, *, xp). NumPy and JAX have their own engines;
+# every other namespace, CuPy and Dask included, takes the generic one.
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:solve_triangular",
     cupy="._agnostic:solve_triangular",
     dask="._agnostic:solve_triangular",
     generic="._agnostic:solve_triangular",
+    jax="._jax:solve_triangular",
 )
 
 
@@ -34,6 +35,7 @@ def solve_triangular(
 
     Engines: NumPy (vectorized substitution for small systems, BLAS ``trsm`` per matrix for
     large ones, see ``xpops.linalg._numpy``); PyTorch (``torch.linalg.solve_triangular``);
-    any other namespace, CuPy included, ``xp.linalg.solve`` on the masked triangle.
+    JAX (``jax.lax.linalg.triangular_solve``, see ``xpops.linalg._jax``); any other
+    namespace, CuPy included, ``xp.linalg.solve`` on the masked triangle.
     """
     return dispatch(xp, _ENGINES, b, a, lower, conjugate_transpose, xp=xp)

@@ -1,0 +1,80 @@
+"""PyTorch engine of cholesky_solve: ``torch.cholesky_solve`` for CPU tensors of small systems,
+the op's own engines otherwise (`.._lib._torch.bridge`: the NumPy engine on CPU tensors' memory,
+the CuPy engine on CUDA tensors', the generic engine for the rest).
+
+``torch.cholesky_solve`` meets the contract: LAPACK's ``potrs`` reads only the used triangle
+and gives inf or NaN for a system with a zero pivot, without an error; batches broadcast. Its C
+loop over the systems costs about a microsecond a system, where the NumPy engine's vectorized
+substitution costs 2M NumPy steps whatever the batch (a few hundred microseconds at M = 16): on
+a 2-core CPU, float32, M = 16, K = 1, 100 systems 0.06 against 0.29 ms, 1000 systems 0.49
+against 0.71, 3000 systems 1.9 against 3.6; at 10000 systems the two are within the noise of
+each other (6-12 ms), and float64 from a few thousand systems is the NumPy engine's (1.4-1.8x).
+From M = 64 the NumPy engine (BLAS ``trsm`` over the whole batch) is as fast or faster (M =
+1024, K = 64: 22 against 48 ms). So systems of M <= `_TORCH_MAX_M` go to PyTorch; its
+result, which LAPACK leaves column-major, is made C-contiguous as the contract says.
+
+Importing this module imports neither PyTorch nor CuPy.
+"""
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from .._lib._dispatch import Engines
+from .._lib._torch import bridge, engine_for
+from .._lib._typing import Array, Namespace
+
+__all__ = ["cholesky_solve", "solve_same_batch"]
+
+_TORCH_MAX_M = 32  # torch.cholesky_solve for M up to this (see the module docstring)
+
+# The op's own engines, as the contract's tables name them for the other kinds
+_OWN = Engines(
+    __package__,
+    numpy="._numpy:cholesky_solve",
+    cupy="._cupy:cholesky_solve",
+    dask="._dask:cholesky_solve",
+    generic="._agnostic:cholesky_solve",
+)
+_OWN_SAME_BATCH = Engines(
+    __package__,
+    numpy="._numpy:cholesky_solve",
+    cupy="._cupy:solve_same_batch",
+    dask="._dask:cholesky_solve",
+    generic="._agnostic:cholesky_solve",
+)
+_BRIDGES: dict[str, Callable[..., Any]] = {}
+
+
+def _by_torch(x: Any, y: Any) -> bool:
+    """Whether ``torch.cholesky_solve`` takes the call: tensors that the NumPy engine would
+    take (CPU, strided, not empty, neither a subclass nor wrapped by functorch: those keep the
+    generic engine, whose operations functorch differentiates) of systems of M <= 32."""
+    return y.shape[-1] <= _TORCH_MAX_M and engine_for((x, y))[0] == "numpy"
+
+
+def _own(name: str, engines: Engines) -> Callable[..., Any]:
+    engine = _BRIDGES.get(name)
+    if engine is None:
+        engine = _BRIDGES[name] = bridge(engines)
+    return engine
+
+
+def _solve(x: Array, y: Array, upper: bool) -> Array:
+    torch = sys.modules["torch"]
+    x, y = (t.detach() if t.requires_grad else t for t in (x, y))
+    return torch.cholesky_solve(x, y, upper=upper).contiguous()
+
+
+def cholesky_solve(x: Array, y: Array, upper: bool, *, xp: Namespace | None = None) -> Array:
+    """The engine of the contract's table: arguments as the other engines take them."""
+    if _by_torch(x, y):
+        return _solve(x, y, upper)
+    return _own("general", _OWN)(x, y, upper, xp=xp)
+
+
+def solve_same_batch(x: Array, y: Array, upper: bool) -> Array:
+    """The engine of the contract's fast path (one batch shape, nothing empty)."""
+    if _by_torch(x, y):
+        return _solve(x, y, upper)
+    return _own("same batch", _OWN_SAME_BATCH)(x, y, upper)
