@@ -191,13 +191,7 @@ def _csr_result(x: Any, indptr: Any, indices: Any, values: Any, dtype: Any) -> A
         indices = indices.reshape(*batch_shape, nnz)
         values = values.reshape(*batch_shape, nnz, *values.shape[1:])
     index = _index_dtype(crow, int(indices.shape[-1]), int(x.shape[crow.ndim]))
-    return torch.sparse_csr_tensor(
-        indptr.to(index),
-        indices.to(index),
-        values.to(dtype),
-        size=tuple(x.shape),
-        check_invariants=False,
-    )
+    return layout.csr_tensor(indptr.to(index), indices.to(index), values.to(dtype), tuple(x.shape))
 
 
 def divide(x: Any, y: Any) -> Any:
@@ -228,11 +222,8 @@ def _own(x: Any) -> tuple[Any, Any, Any]:
 
 
 def _coo(indices: Any, values: Any, x: Any) -> Any:
-    """A coalesced COO tensor of x's shape (its invariants hold by construction: not checked,
-    and PyTorch not left to warn that they are not)."""
-    return _torch().sparse_coo_tensor(
-        indices, values, tuple(x.shape), is_coalesced=True, check_invariants=False
-    )
+    """A coalesced COO tensor of x's shape."""
+    return layout.coo_tensor(indices, values, tuple(x.shape), coalesced=True)
 
 
 def _like(x: Any, structure: tuple[Any, ...], values: Any) -> Any:
@@ -241,7 +232,7 @@ def _like(x: Any, structure: tuple[Any, ...], values: Any) -> Any:
         (indices,) = structure
         return _coo(indices, values, x)
     crow, col = structure
-    return torch.sparse_csr_tensor(crow, col, values, size=tuple(x.shape), check_invariants=False)
+    return layout.csr_tensor(crow, col, values, tuple(x.shape))
 
 
 def _scalar(y: Any) -> Any:

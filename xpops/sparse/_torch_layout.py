@@ -9,13 +9,16 @@ of the dense dimensions' values.
 
 import math
 import sys
+import warnings
 from typing import Any
 
 __all__ = [
     "batch_csr",
     "coalesced",
+    "coo_tensor",
     "coords",
     "csr_major",
+    "csr_tensor",
     "ravel",
     "raw_coords",
     "sparse_shape",
@@ -25,6 +28,28 @@ __all__ = [
 
 def _torch() -> Any:
     return sys.modules["torch"]
+
+
+# PyTorch warns, once a process, that invariant checks are off even where the call turns them
+# off explicitly (seen with 2.11); ours hold by construction, so the warning is no news.
+_UNCHECKED = "Sparse invariant checks are implicitly disabled"
+
+
+def coo_tensor(indices: Any, values: Any, size: tuple[int, ...], *, coalesced: bool) -> Any:
+    """A COO tensor whose invariants hold by construction: not checked, no warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _UNCHECKED, UserWarning)
+        return _torch().sparse_coo_tensor(
+            indices, values, size, is_coalesced=coalesced, check_invariants=False
+        )
+
+
+def csr_tensor(crow: Any, col: Any, values: Any, size: tuple[int, ...]) -> Any:
+    """A CSR tensor (batched as PyTorch stacks them) whose invariants hold by construction:
+    not checked, no warning."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _UNCHECKED, UserWarning)
+        return _torch().sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
 
 
 def sparse_shape(a: Any) -> tuple[int, ...]:
@@ -51,16 +76,14 @@ def coalesced(a: Any) -> Any:
     parts = torch.view_as_real(values) if values.is_complex() else values
     plain = ((parts != 0) | ~torch.signbit(parts)).to(torch.float32)  # NaN included
     size = (*a.shape, *parts.shape[values.ndim :])
-    others = torch.sparse_coo_tensor(a._indices(), plain, size, check_invariants=False)
+    others = coo_tensor(a._indices(), plain, size, coalesced=False)
     negative_zero = others.coalesce()._values() == 0
     summed = c._values()
     summed_parts = torch.view_as_real(summed) if summed.is_complex() else summed
     fixed = torch.where(negative_zero, torch.full_like(summed_parts, -0.0), summed_parts)
     if summed.is_complex():
         fixed = torch.view_as_complex(fixed.contiguous())
-    return torch.sparse_coo_tensor(
-        c._indices(), fixed, tuple(a.shape), is_coalesced=True, check_invariants=False
-    )
+    return coo_tensor(c._indices(), fixed, tuple(a.shape), coalesced=True)
 
 
 def ravel(coords: Any, shape: tuple[int, ...]) -> Any:

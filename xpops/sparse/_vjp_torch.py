@@ -81,15 +81,11 @@ def _like(a: Any, values: Any) -> Any:
     torch = _torch()
     shape = tuple(a.shape)
     if a.layout == torch.sparse_coo:
-        return torch.sparse_coo_tensor(
-            a._indices().clone(), values, shape, is_coalesced=a.is_coalesced(),
-            check_invariants=False,
-        )  # fmt: skip
+        return layout.coo_tensor(a._indices().clone(), values, shape, coalesced=a.is_coalesced())
     stored = a.values()
-    return torch.sparse_csr_tensor(
-        a.crow_indices().clone(), a.col_indices().clone(), values.reshape(stored.shape),
-        size=shape, check_invariants=False,
-    )  # fmt: skip
+    return layout.csr_tensor(
+        a.crow_indices().clone(), a.col_indices().clone(), values.reshape(stored.shape), shape
+    )
 
 
 def backward(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any]:
