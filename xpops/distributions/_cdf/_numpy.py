@@ -368,20 +368,24 @@ def of_numpy(
 def of_other(
     dist: Any, value: Any, lower_limit: Any, options: dict[str, Any], log: bool, check: bool
 ) -> tuple[Any, Any, int]:
-    """CPU arrays of other libraries: read in place, the results returned in their library;
-    ``NotImplementedError`` on other devices. JAX tracers: `_traced`."""
+    """CPU arrays of other libraries: read in place, the results returned in their library.
+    JAX arrays on another device: copied to the host and the results back (JAX tracers:
+    `_traced`). ``NotImplementedError`` for other libraries' arrays on other devices."""
     traced = _traced(dist, value, lower_limit, options, log)
     if traced is not None:
         return traced
     xp, device = dist.xp, _compat.device(dist.tril)
-    if "cpu" not in str(device).lower():
+    on_cpu = "cpu" in str(device).lower()
+    if not on_cpu and not _compat.is_jax_namespace(xp):
         msg = (
-            "cdf and logcdf run on the CPU or, for CuPy arrays, on the GPU in this version, "
-            f"got {xp.__name__} arrays on {device}"
+            "cdf and logcdf run on the CPU or, for CuPy arrays, on the GPU (for JAX arrays on "
+            f"any device) in this version, got {xp.__name__} arrays on {device}"
         )
         raise NotImplementedError(msg)
 
-    def host(a: Any) -> np.ndarray:  # no device transfer
+    def host(a: Any) -> np.ndarray:  # no device transfer on the CPU
+        if not on_cpu:
+            return np.asarray(a)
         detach = getattr(a, "detach", None)  # a torch tensor that requires grad
         a = detach() if detach is not None else a
         try:
