@@ -1,0 +1,165 @@
+"""The CuPy engine of logcumsumexp's backward (GPU only: skipped without a CUDA device): the
+one-pass ``grad_tiles`` kernel at its tile boundaries and across many tiles (decoupled
+look-back), on rows, with special values, against float64 references computed on the host;
+the kernel choice; more than 2**31 elements."""
+
+import numpy as np
+import pytest
+
+import xpops
+
+from ._gradients import brute_force_vjp
+from ._reference import reference
+
+FLAGS = [(False, False), (True, False), (False, True), (True, True)]
+
+
+def _engine():
+    from xpops._cumulative._cupy import _backward
+
+    return _backward
+
+
+def _pullback(cupy, x, g, axis, exclusive, reverse, kernel):
+    """The engine's pull-back at the host arrays `x`, `g`, with the forward's flags; the
+    forward's result computed in float64 on the host and cast to x's dtype."""
+    y = reference(x.astype(np.float64), axis, exclusive, reverse).astype(x.dtype)
+    xs, ys, gs = (cupy.asarray(a) for a in (x, y, g))
+    got = _engine().real_pullback(xs, ys, gs, axis, exclusive, not reverse, kernel=kernel)
+    return got.get()
+
+
+def _covering_sums(x, g, exclusive, reverse):
+    """dx_k = exp(x_k) sum over the outputs l that hold x_k of g_l exp(-y_l), along the last
+    axis, in float64 by cumulative sums (finite inputs of moderate size only)."""
+    x = x.astype(np.float64)
+    y = reference(x, -1, exclusive, reverse)
+    c = np.where(y == -np.inf, 0.0, g * np.exp(-np.where(y == -np.inf, 0.0, y)))
+    a = np.abs(c)
+    if reverse:  # outputs at l <= k hold x_k
+        s, m = np.cumsum(c, axis=-1), np.cumsum(a, axis=-1)
+    else:  # outputs at l >= k
+        s = np.cumsum(c[..., ::-1], axis=-1)[..., ::-1]
+        m = np.cumsum(a[..., ::-1], axis=-1)[..., ::-1]
+    if exclusive:  # strictly before or after: the sums shifted by one
+        zero = np.zeros_like(s[..., :1])
+        if reverse:
+            s, m = (np.concatenate([zero, v[..., :-1]], axis=-1) for v in (s, m))
+        else:
+            s, m = (np.concatenate([v[..., 1:], zero], axis=-1) for v in (s, m))
+    return np.exp(x) * s, np.exp(x) * m
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
+def test_grad_tiles_at_tile_boundaries(cupy_only, dtype, exclusive, reverse):
+    """Rows of one element, around one tile, several tiles and more than 32 tiles (the look-back
+    takes a second round), one and three rows, against float64 sums."""
+    cupy = cupy_only
+    tile = _engine().grad_tile_items(dtype)
+    rng = np.random.default_rng(5)
+    rtol = 2e-4 if dtype == "float32" else 1e-11
+    for rows, L in [(1, 1), (3, 2), (1, tile - 1), (2, tile), (3, tile + 1), (1, 3 * tile + 5),
+                    (2, 40 * tile + 3)]:  # fmt: skip
+        x = rng.normal(0, 2, (rows, L)).astype(dtype)
+        g = rng.normal(0, 1, (rows, L)).astype(dtype)
+        got = _pullback(cupy, x, g, 1, exclusive, reverse, "grad_tiles")
+        want, scale = _covering_sums(x, g.astype(np.float64), exclusive, reverse)
+        assert got.dtype == dtype
+        err = np.abs(got - want)
+        assert (err <= rtol * scale + 1e-30).all(), (rows, L, float(np.max(err / (scale + 1e-300))))
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
+def test_grad_tiles_special_values_across_tiles(cupy_only, exclusive, reverse):
+    """-inf, +inf and NaN inputs, cotangents of 0, NaN and both signs, and lanes of -inf over
+    three tiles (float64), against the brute-force double sum; NaN exactly where it is."""
+    cupy = cupy_only
+    tile = _engine().grad_tile_items("float64")
+    rng = np.random.default_rng(6)
+    L = 2 * tile + 37
+    x = rng.normal(0, 3, (2, L))
+    x[0, rng.random(L) < 0.3] = -np.inf
+    x[1, : tile + 5] = -np.inf  # the first tile and more hold nothing
+    x[0, tile + 3] = np.nan
+    x[1, 2 * tile + 1] = np.inf
+    g = rng.normal(0, 1, (2, L))
+    g[rng.random((2, L)) < 0.2] = 0.0
+    g[0, 100] = np.nan
+    for row in range(2):
+        got = _pullback(cupy, x[row : row + 1], g[row : row + 1], 1, exclusive, reverse,
+                        "grad_tiles")[0]  # fmt: skip
+        want, scale = brute_force_vjp(x[row], g[row], 0, exclusive, reverse)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        ok = ~np.isnan(want)
+        assert (np.abs(got - want)[ok] <= 1e-12 * scale[ok] + 1e-300).all()
+
+
+def test_grad_tiles_large_magnitudes(cupy_only):
+    """Inputs near +-700 in float64: no overflow (the links are at most 1)."""
+    cupy = cupy_only
+    x = np.linspace(-700.0, 700.0, 5001)
+    g = np.random.default_rng(7).normal(0, 1, x.size)
+    for exclusive, reverse in FLAGS:
+        got = _pullback(cupy, x[None], g[None], 1, exclusive, reverse, "grad_tiles")[0]
+        want, scale = brute_force_vjp(x, g, 0, exclusive, reverse)
+        assert np.isfinite(got).all()
+        assert (np.abs(got - want) <= 1e-12 * scale + 1e-300).all()
+
+
+def test_kernel_choice(cupy_only):
+    """Long rows take grad_tiles; a strided axis and many short rows the two scans (the
+    public call's result checked against the host reference either way)."""
+    cupy = cupy_only
+    engine = _engine()
+    calls = []
+    original = engine._grad_tiles_scan
+
+    def spy(*args):
+        calls.append(args[0].shape)
+        return original(*args)
+
+    rng = np.random.default_rng(8)
+    engine._grad_tiles_scan = spy
+    try:
+        for shape, axis, tiles in [((5000,), 0, True), ((4, 3000), 1, True),
+                                   ((3000, 4), 0, False), ((20000, 8), 1, False)]:  # fmt: skip
+            calls.clear()
+            x = rng.normal(0, 1, shape)
+            g = rng.normal(0, 1, shape)
+            _, pullback = xpops.vjp(xpops.logcumsumexp, cupy.asarray(x), axis=axis)
+            (got,) = pullback(cupy.asarray(g))
+            assert bool(calls) == tiles, shape
+            moved_x, moved_g = np.moveaxis(x, axis, -1), np.moveaxis(g, axis, -1)
+            want, scale = _covering_sums(moved_x, moved_g, False, False)
+            err = np.abs(np.moveaxis(got.get(), axis, -1) - want)
+            assert (err <= 1e-11 * scale).all()
+    finally:
+        engine._grad_tiles_scan = original
+
+
+@pytest.mark.slow
+def test_grad_tiles_more_than_2_31_elements(cupy_only):
+    """A float32 row of 2**31 + 4099 elements, finite only in its last 3000 (forward order):
+    the gradient there from offsets past 2**31, zeros before it."""
+    cupy = cupy_only
+    n, tail = 2**31 + 4099, 3000
+    free = cupy.cuda.Device().mem_info[0]
+    if free < 6 * n * 4:
+        pytest.skip("needs about 52 GB of free GPU memory")
+    rng = np.random.default_rng(9)
+    xt = rng.normal(0, 2, tail).astype(np.float32)
+    gt = rng.normal(0, 1, tail).astype(np.float32)
+    x = cupy.full(n, -np.inf, dtype=cupy.float32)
+    x[-tail:] = cupy.asarray(xt)
+    g = cupy.full(n, 0.5, dtype=cupy.float32)  # outputs of -inf: no term
+    g[-tail:] = cupy.asarray(gt)
+    _, pullback = xpops.vjp(xpops.logcumsumexp, x)
+    del x
+    (dx,) = pullback(g)
+    del g, pullback
+    head = dx[:-tail]
+    assert int(cupy.count_nonzero(head)) == 0
+    got = dx[-tail:].get()
+    want, scale = brute_force_vjp(xt.astype(np.float64), gt.astype(np.float64))
+    assert (np.abs(got - want) <= 1e-4 * scale + 1e-30).all()
