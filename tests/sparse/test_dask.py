@@ -196,6 +196,34 @@ def test_sparse_meta_computes_nothing_at_call_time():
     assert calls
 
 
+def test_first_chunks_computed_once_at_call_time():
+    """Chunks behind an ndarray meta: the call computes the first chunk of each operand once,
+    to check it (a Dask array of COO matrices, built by a function that counts its calls)."""
+    x, dx = _csr_dask()
+    calls = []
+
+    def counted(tag):
+        def to_coo(block, block_id=None):
+            calls.append((tag, block_id))
+            return sp.coo_matrix(block)
+
+        return to_coo
+
+    meta = sp.coo_matrix((0, 0))
+    cx = dx.map_blocks(counted("x"), meta=meta)
+    cy = (dx * 2).map_blocks(counted("y"), meta=meta)
+    assert isinstance(cx._meta, np.ndarray)
+    out = xpops.sparse.divide(cx, cy)
+    assert sorted(calls) == [("x", (0, 0)), ("y", (0, 0))]
+    calls.clear()
+    xpops.sparse.divide(cx, 2.0)
+    assert calls == [("x", (0, 0))]
+    want = xpops.sparse.divide(x.tocoo(), (x * 2).tocoo())
+    got = out.compute()
+    assert got.nnz == want.nnz
+    np.testing.assert_array_equal(got.toarray(), want.toarray())
+
+
 # ---- task names ------------------------------------------------------------------------------
 
 

@@ -1,6 +1,7 @@
 """cdf and logcdf of MultivariateNormal: a base class of it, so that the class's file holds the
-rest. The methods use the distribution's own attributes; the class sets `_cdf_engines`, the
-table of the in-memory `_cdf` and the Dask engine, once it is defined.
+rest. The methods use the distribution's own attributes and the helpers of its base
+`_state.State`; the class sets `_cdf_engines`, the table of the in-memory `_cdf` and the Dask
+engine, once it is defined.
 """
 
 import functools
@@ -11,9 +12,9 @@ from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
 from .._lib import _random
 from .._lib._dispatch import Engines, dispatch
-from .._lib._typing import Array, Namespace
 from .._lib._validation import as_bool
 from . import _cdf
+from ._state import State
 
 __all__ = ["CdfMethods"]
 
@@ -28,25 +29,10 @@ _CDF_RNG = Engines(
 )
 
 
-class CdfMethods:
+class CdfMethods(State):
     """`cdf` and `logcdf` (and their argument checks) of MultivariateNormal."""
 
     _cdf_engines: ClassVar[Engines]
-    _xp: Namespace
-    _d: int
-    _loc: Array
-    _tril: Array
-    _batch_shape: tuple[int, ...]
-    _dtype: Any
-
-    # defined by MultivariateNormal
-    def _serving(self, value: Any = None) -> Namespace:
-        raise NotImplementedError
-
-    def _value(
-        self, value: Any, what: str, *, allow_inf: bool = False, check_values: bool = True
-    ) -> Array:
-        raise NotImplementedError
 
     def cdf(
         self,

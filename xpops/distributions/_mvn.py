@@ -8,7 +8,9 @@ properties of a distribution; what its chunks need of this module reaches it thr
 `_on_dask`, the one hand-off. A call that PyTorch's autograd records (parameters or a value
 that require grad) goes instead to the array-level rules of `_vjp` and `_cdf_vjp`
 (`_recorded`), whose forward pass is the method itself. The properties live in the base class
-`_properties.Properties`, cdf and logcdf in `_cdf_methods.CdfMethods`.
+`_properties.Properties`, cdf and logcdf in `_cdf_methods.CdfMethods`, and pickling, copies
+and the helpers the methods share (the checks of values, the cached forms of the factor) in
+`_state.State`, the base of `CdfMethods`.
 """
 
 import copy
@@ -17,12 +19,11 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
-from .. import _backend
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
 from .._lib import _compat, _random
 from .._lib._dispatch import Engines, dispatch
-from .._lib._typing import Array, Namespace
+from .._lib._typing import Array
 from .._lib._validation import as_bool
 from ..linalg._triangular import solve_triangular
 from ._cdf_methods import CdfMethods, cdf_in_memory
@@ -35,14 +36,11 @@ from ._common import (
     check_real,
     float_dtype,
     is_array,
-    pack,
     parameter_batch,
     result,
     same_device,
     sample_shape,
     shape_of,
-    unpack,
-    value_batch,
 )
 from ._factor import check_factor, check_matrix, factor
 from ._kl import kl_divergence, normal_kl, register_kl
@@ -241,69 +239,7 @@ class MultivariateNormal(CdfMethods, Properties):
             check_factor(xp, name, matrix, tril)
         return self._loc, tril
 
-    # ---- pickling and copies: the state of a distribution -----------------------------------
-
-    def __getstate__(self) -> dict[str, Any]:
-        """The attributes for the standard pickle (`_common.pack`: the namespace by name,
-        CuPy arrays as NumPy copies, returned to the current device by `__setstate__`)."""
-        return pack(vars(self))
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        vars(self).update(unpack(state))
-
-    def __copy__(self) -> "MultivariateNormal":
-        """A shallow copy: the same arrays, no round trip through `__getstate__`."""
-        new = object.__new__(type(self))
-        vars(new).update(vars(self))
-        return new
-
-    # ---- helpers --------------------------------------------------------------------------
-
-    def _serving(self, value: Any = None) -> Namespace:
-        """The namespace whose engine serves a method: a Dask `value`'s (lazy results, chunk by
-        chunk), else the parameters' (Dask's for Dask parameters)."""
-        if not self._dask and _compat.is_dask_array(value):
-            return _compat.array_namespace(value)
-        return self._xp
-
-    def _inverse_factor_t(self) -> Array:
-        """``L^-T`` of an unbatched distribution, computed once (not kept when it is a JAX
-        tracer: it belongs to the trace that made it)."""
-        if self._linv_t is not None:
-            return self._linv_t
-        xp = self._xp
-        eye = xp.eye(self._d, dtype=self._dtype, device=_compat.device(self._tril))
-        linv_t = xp.matrix_transpose(solve_triangular(self._tril, eye, lower=True, xp=xp))
-        if not _compat.is_traced(linv_t):
-            self._linv_t = linv_t
-        return linv_t
-
-    def _half_log_det(self) -> Array:
-        xp = self._xp
-        return xp.sum(xp.log(xp.linalg.diagonal(self._tril)), axis=-1)
-
-    def _value(
-        self, value: Any, what: str, *, allow_inf: bool = False, check_values: bool = True
-    ) -> Array:
-        xp = self._xp
-        if value is None:
-            msg = f"`{what}` must be an array or a list of numbers, got None"
-            raise TypeError(msg)
-        if not is_array(value):  # a list or a number: an array of the parameters' library
-            value = as_arrays(value, self._tril, names=[what, "scale_tril"])[1][0]
-        elif _backend.get_namespace(value).__name__ != xp.__name__:
-            msg = f"`{what}` must be an array of the distribution's library, got {type(value)}"
-            raise TypeError(msg)
-        check_real(xp, value, what)
-        vs = shape_of(value)
-        value_batch(what, vs, self._d, self._batch_shape)
-        if value.dtype != self._dtype:
-            value = xp.astype(value, self._dtype)
-        if self._validate and check_values:
-            ok = ~xp.isnan(value) if allow_inf else xp.isfinite(value)
-            if not all_true(xp, ok):
-                raise ValueError(bad_values(what, vs, allow_inf))
-        return value
+    # ---- the fused CuPy kernels ----------------------------------------------------------
 
     def _fused_kernels(self) -> Any:
         """The fused-kernel engine (`_cupy`) when its kernels take this distribution (CuPy

@@ -120,20 +120,20 @@ def _is_array_like(a: Any) -> bool:
 def _first_chunk(a: Any) -> Any:
     """The meta of Dask array `a`, or its first chunk where the meta is an ndarray (dense
     chunks, or chunks Dask cannot slice such as SciPy's COO matrices: the cost of computing one
-    chunk to tell them apart; the other chunks are checked when they are computed)."""
+    chunk to tell them apart, once per operand; the graph computes it again, as it does not hold
+    the chunk; the other chunks are checked when they are computed)."""
     sample = a._meta
     if isinstance(sample, np.ndarray):
         sample = a.to_delayed().ravel()[0].compute()
     return sample
 
 
-def _check_chunks(a: Any, name: str) -> tuple[str, Any]:
+def _check_chunks(a: Any, name: str, sample: Any) -> str:
     """The library of the sparse chunks of Dask array `a`, checked as an in-memory operand is,
-    and a sample of them (the meta, or the first chunk)."""
-    sample = _first_chunk(a)
+    from `sample`, the `_first_chunk` of `a` (which the caller may also need: computed once)."""
     kind = check_sparse(sample, name, "'s chunks")
     check_numeric(a.dtype, f"`{name}`")
-    return kind, sample
+    return kind
 
 
 def _check_operands(x: Any, y: Any) -> bool:
@@ -149,7 +149,7 @@ def _check_operands(x: Any, y: Any) -> bool:
                 f"dense chunks of x's shape) or a scalar, got {type_name(y)}"
             )
             raise TypeError(msg)
-        kind, _ = _check_chunks(x, "x")
+        kind = _check_chunks(x, "x", _first_chunk(x))
         if not is_scalar(y, kind):
             msg = (
                 f"`y` must be a scalar of the library of `x`'s chunks, got {type_name(y)}; "
@@ -165,12 +165,13 @@ def _check_operands(x: Any, y: Any) -> bool:
             f"{x.chunks} and {y.chunks}; rechunk one of them, e.g. y = y.rechunk(x.chunks)"
         )
         raise ValueError(msg)
-    x_kind, x_sample = _check_chunks(x, "x")
-    y_sample = _first_chunk(y)
+    x_sample = _first_chunk(x)
+    x_kind = _check_chunks(x, "x", x_sample)
+    y_sample = _first_chunk(y)  # tells dense from sparse, and is what `_check_chunks` checks
     if is_dense(y_sample, x_kind):
         check_numeric(y.dtype, "`y`")
         return False
-    y_kind, y_sample = _check_chunks(y, "y")
+    y_kind = _check_chunks(y, "y", y_sample)
     if x_kind != y_kind:
         msg = (
             f"`x` and `y` must have chunks of the same library, got chunks of "

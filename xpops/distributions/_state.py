@@ -1,0 +1,103 @@
+"""The state of a MultivariateNormal and the helpers its methods share: pickling and copies,
+the namespace that serves a call, the cached forms of the factor, and the checks of the values
+given to the methods. A base class of it (through `_cdf_methods.CdfMethods`, whose methods use
+these helpers), so that the class's file holds the constructor and the methods.
+"""
+
+from typing import Any, Self
+
+from .. import _backend
+from .._lib import _compat
+from .._lib._typing import Array, Namespace
+from ..linalg._triangular import solve_triangular
+from ._common import (
+    all_true,
+    as_arrays,
+    bad_values,
+    check_real,
+    is_array,
+    pack,
+    shape_of,
+    unpack,
+    value_batch,
+)
+
+__all__ = ["State"]
+
+
+class State:
+    """The attributes a MultivariateNormal's constructor sets, and the helpers that read them."""
+
+    _xp: Namespace
+    _d: int
+    _loc: Array
+    _tril: Array
+    _batch_shape: tuple[int, ...]
+    _dtype: Any
+    _validate: bool
+    _dask: bool
+    _linv_t: Array | None
+
+    # ---- pickling and copies ----------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The attributes for the standard pickle (`_common.pack`: the namespace by name,
+        CuPy arrays as NumPy copies, returned to the current device by `__setstate__`)."""
+        return pack(vars(self))
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        vars(self).update(unpack(state))
+
+    def __copy__(self) -> Self:
+        """A shallow copy: the same arrays, no round trip through `__getstate__`."""
+        new = object.__new__(type(self))
+        vars(new).update(vars(self))
+        return new
+
+    # ---- helpers of the methods -------------------------------------------------------------
+
+    def _serving(self, value: Any = None) -> Namespace:
+        """The namespace whose engine serves a method: a Dask `value`'s (lazy results, chunk by
+        chunk), else the parameters' (Dask's for Dask parameters)."""
+        if not self._dask and _compat.is_dask_array(value):
+            return _compat.array_namespace(value)
+        return self._xp
+
+    def _inverse_factor_t(self) -> Array:
+        """``L^-T`` of an unbatched distribution, computed once (not kept when it is a JAX
+        tracer: it belongs to the trace that made it)."""
+        if self._linv_t is not None:
+            return self._linv_t
+        xp = self._xp
+        eye = xp.eye(self._d, dtype=self._dtype, device=_compat.device(self._tril))
+        linv_t = xp.matrix_transpose(solve_triangular(self._tril, eye, lower=True, xp=xp))
+        if not _compat.is_traced(linv_t):
+            self._linv_t = linv_t
+        return linv_t
+
+    def _half_log_det(self) -> Array:
+        xp = self._xp
+        return xp.sum(xp.log(xp.linalg.diagonal(self._tril)), axis=-1)
+
+    def _value(
+        self, value: Any, what: str, *, allow_inf: bool = False, check_values: bool = True
+    ) -> Array:
+        xp = self._xp
+        if value is None:
+            msg = f"`{what}` must be an array or a list of numbers, got None"
+            raise TypeError(msg)
+        if not is_array(value):  # a list or a number: an array of the parameters' library
+            value = as_arrays(value, self._tril, names=[what, "scale_tril"])[1][0]
+        elif _backend.get_namespace(value).__name__ != xp.__name__:
+            msg = f"`{what}` must be an array of the distribution's library, got {type(value)}"
+            raise TypeError(msg)
+        check_real(xp, value, what)
+        vs = shape_of(value)
+        value_batch(what, vs, self._d, self._batch_shape)
+        if value.dtype != self._dtype:
+            value = xp.astype(value, self._dtype)
+        if self._validate and check_values:
+            ok = ~xp.isnan(value) if allow_inf else xp.isfinite(value)
+            if not all_true(xp, ok):
+                raise ValueError(bad_values(what, vs, allow_inf))
+        return value
