@@ -108,8 +108,9 @@ def test_grad_tiles_large_magnitudes(cupy_only):
 
 
 def test_kernel_choice(cupy_only):
-    """Long rows take grad_tiles; a strided axis and many short rows the two scans (the
-    public call's result checked against the host reference either way)."""
+    """Long rows take grad_tiles, a strided axis of at least 32 columns grad_columns, few
+    columns and many short rows the two scans (the public call's result checked against the
+    host reference either way)."""
     cupy = cupy_only
     engine = _engine()
     calls = []
@@ -123,7 +124,8 @@ def test_kernel_choice(cupy_only):
     engine._grad_tiles_scan = spy
     try:
         for shape, axis, tiles in [((5000,), 0, True), ((4, 3000), 1, True),
-                                   ((3000, 4), 0, False), ((20000, 8), 1, False)]:  # fmt: skip
+                                   ((3000, 4), 0, False), ((20000, 8), 1, False),
+                                   ((300, 64), 0, False)]:  # fmt: skip
             calls.clear()
             x = rng.normal(0, 1, shape)
             g = rng.normal(0, 1, shape)
@@ -163,3 +165,49 @@ def test_grad_tiles_more_than_2_31_elements(cupy_only):
     got = dx[-tail:].get()
     want, scale = brute_force_vjp(xt.astype(np.float64), gt.astype(np.float64))
     assert (np.abs(got - want) <= 1e-4 * scale + 1e-30).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
+def test_grad_columns_at_segment_boundaries(cupy_only, dtype, exclusive, reverse):
+    """Strided axes of 32 to 300 columns (a partial block), one to a few hundred segments of
+    various lengths, leading and trailing dimensions, against float64 sums."""
+    cupy = cupy_only
+    rng = np.random.default_rng(10)
+    rtol = 2e-4 if dtype == "float32" else 1e-11
+    for shape, axis in [((1, 32), 0), ((15, 40), 0), ((17, 33), 0), ((1000, 300), 0),
+                        ((3, 4097, 64), 1), ((2, 50, 2, 40), 1)]:  # fmt: skip
+        x = rng.normal(0, 2, shape).astype(dtype)
+        g = rng.normal(0, 1, shape).astype(dtype)
+        got = _pullback(cupy, x, g, axis, exclusive, reverse, "grad_columns")
+        want, scale = _covering_sums(
+            np.moveaxis(x, axis, -1),
+            np.moveaxis(g, axis, -1).astype(np.float64),
+            exclusive,
+            reverse,
+        )
+        assert got.dtype == dtype
+        err = np.abs(np.moveaxis(got, axis, -1) - want)
+        assert (err <= rtol * scale + 1e-30).all(), (shape, float(np.max(err / (scale + 1e-300))))
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
+def test_grad_columns_special_values(cupy_only, exclusive, reverse):
+    """-inf, +inf and NaN inputs and cotangents of 0 and NaN in 40 columns of 3000 (many
+    segments), against the brute-force sum column by column; NaN exactly where it is."""
+    cupy = cupy_only
+    rng = np.random.default_rng(11)
+    x = rng.normal(0, 3, (3000, 40))
+    x[rng.random(x.shape) < 0.2] = -np.inf
+    x[:1500, 3] = -np.inf
+    x[700, 5] = np.nan
+    x[2100, 6] = np.inf
+    g = rng.normal(0, 1, x.shape)
+    g[rng.random(x.shape) < 0.2] = 0.0
+    g[1200, 7] = np.nan
+    got = _pullback(cupy, x, g, 0, exclusive, reverse, "grad_columns")
+    for c in (0, 3, 5, 6, 7):
+        want, scale = brute_force_vjp(x[:, c], g[:, c], 0, exclusive, reverse)
+        np.testing.assert_array_equal(np.isnan(got[:, c]), np.isnan(want))
+        ok = ~np.isnan(want)
+        assert (np.abs(got[:, c] - want)[ok] <= 1e-12 * scale[ok] + 1e-300).all()

@@ -17,6 +17,7 @@ __all__ = [
     "C_TYPES",
     "INDEX_C_TYPES",
     "MAX_GRID_X",
+    "MAX_GRID_Y",
     "FastKernel",
     "c_type",
     "grid_1d",
@@ -29,6 +30,8 @@ C_TYPES = {"float32": "float", "float64": "double"}
 INDEX_C_TYPES = {"int32": "int", "int64": "long long"}
 #: The largest x dimension of a CUDA grid.
 MAX_GRID_X = 2**31 - 1
+#: The largest y dimension of a CUDA grid.
+MAX_GRID_Y = 65535
 
 
 def c_type(dtype_name: str, complex_template: str | None = None) -> str:

@@ -16,7 +16,11 @@ channel. For the exclusive scan the same recurrence over its own outputs gives
   the value of ``S`` entering its tile from its predecessors by decoupled look-back (the
   look-back slots of `._device`, holding maps), and writes ``dx``: four passes over arrays of
   the size of ``x``, the least the rule's inputs and output allow.
-* Every other shape (strided axes, many short rows): the two log-space scans of the generic
+* ``grad_columns``: a strided axis with at least a warp of adjacent columns. A thread runs
+  the recurrence down a segment of its column twice: once for the segment's map (reading
+  ``y`` and ``g``), once, from the value the maps of the segments before it give, for the
+  cotangents: six passes, no look-back, every access of a warp one contiguous row.
+* Every other shape (many short rows, few columns): the two log-space scans of the generic
   rule as one scan of a stacked array between two fused elementwise kernels (``terms`` and
   ``combine``), twelve passes.
 
@@ -30,11 +34,14 @@ import math
 import cupy
 import numpy as np
 
-from ..._lib._cuda import C_TYPES, multiprocessors
+from ..._lib._cuda import C_TYPES, MAX_GRID_Y, multiprocessors
 from . import choose_kernel, logcumsumexp
 from ._device import CHUNKS, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
 
 __all__ = [
+    "GRAD_COLUMN_MIN_SEGMENT",
+    "GRAD_COLUMN_THREADS",
+    "GRAD_COLUMN_WAVES",
     "GRAD_MIN_BLOCKS",
     "GRAD_PREFETCH_MIN_TILES",
     "GRAD_PREFETCH_PER_SM",
@@ -57,6 +64,11 @@ GRAD_ROUNDS = {"float32": 2, "float64": 2}
 GRAD_MIN_BLOCKS = {"float32": 6, "float64": 4}
 GRAD_PREFETCH_PER_SM = 1
 GRAD_PREFETCH_MIN_TILES = 64
+# grad_columns: blocks of GRAD_COLUMN_THREADS adjacent columns, each column cut into segments of
+# at least GRAD_COLUMN_MIN_SEGMENT positions, enough of them for GRAD_COLUMN_WAVES full waves.
+GRAD_COLUMN_THREADS = 256
+GRAD_COLUMN_MIN_SEGMENT = 16
+GRAD_COLUMN_WAVES = 8
 
 _SOURCE = r"""
 // Maps S -> b + a S as Pair<T>{a, b} (the look-back slots' storage).
@@ -275,6 +287,64 @@ xpops_logcumsumexp_grad_tiles(const T* __restrict__ x, const T* __restrict__ y,
         store_chunk<T, VEC>(dxr, L, l0, reverse, vec, o);
     }
 }
+
+// ---- grad_columns: a strided axis, a thread a column and segment ----------------------------
+// Column c (of `lanes` = outer * inner) and segment s (scan positions [s * seg, (s + 1) * seg)
+// of the column): grad_column_maps writes the segment's map run from S = 0; grad_columns
+// applies the maps of the segments before its own to get S entering it, then runs its segment
+// again and writes the cotangents. Adjacent threads hold adjacent columns: every load and store
+// of a warp is one contiguous row.
+template <typename T>
+__global__ void xpops_logcumsumexp_grad_column_maps(const T* __restrict__ y,
+                                                    const T* __restrict__ g,
+                                                    Pair<T>* __restrict__ maps, const long long L,
+                                                    const long long inner, const long long lanes,
+                                                    const long long seg, const int reverse) {
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= lanes) return;
+    const long long s = blockIdx.y, o = c / inner, base = o * L * inner + (c - o * inner);
+    const long long m0 = s * seg, m1 = min(L, m0 + seg);
+    T y_prev = m0 == 0 ? pos_inf<T>() : y[base + (reverse ? L - m0 : m0 - 1) * inner];
+    Pair<T> m = map_identity<T>();
+#pragma unroll 4
+    for (long long k = m0; k < m1; ++k) {
+        const long long at = base + (reverse ? L - 1 - k : k) * inner;
+        const T yk = y[at];
+        const T a = grad_link(yk, y_prev);
+        m = Pair<T>{a * m.m, fma(a, m.s, grad_term(yk, g[at]))};
+        y_prev = yk;
+    }
+    maps[s * lanes + c] = m;
+}
+
+template <typename T>
+__global__ void xpops_logcumsumexp_grad_columns(const T* __restrict__ x, const T* __restrict__ y,
+                                                const T* __restrict__ g,
+                                                const Pair<T>* __restrict__ maps,
+                                                T* __restrict__ dx, const long long L,
+                                                const long long inner, const long long lanes,
+                                                const long long seg, const int exclusive,
+                                                const int reverse) {
+    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= lanes) return;
+    const long long s = blockIdx.y, o = c / inner, base = o * L * inner + (c - o * inner);
+    const long long m0 = s * seg, m1 = min(L, m0 + seg);
+    T S = T(0);  // S before the column's first element: its link is 0
+    for (long long p = 0; p < s; ++p) {
+        const Pair<T> mp = maps[p * lanes + c];
+        S = fma(mp.m, S, mp.s);
+    }
+    T y_prev = m0 == 0 ? pos_inf<T>() : y[base + (reverse ? L - m0 : m0 - 1) * inner];
+#pragma unroll 4
+    for (long long k = m0; k < m1; ++k) {
+        const long long at = base + (reverse ? L - 1 - k : k) * inner;
+        const T yk = y[at];
+        const T next = fma(grad_link(yk, y_prev), S, grad_term(yk, g[at]));
+        dx[at] = exclusive ? grad_weight(x[at], y_prev) * S : grad_weight(x[at], yk) * next;
+        S = next;
+        y_prev = yk;
+    }
+}
 """
 
 _CODE = PAIRS + WARP + LOOK_BACK + CHUNKS + _SOURCE
@@ -290,6 +360,19 @@ def _grad_tiles(dtype_name: str, rounds: int, threads: int, min_blocks: int) -> 
     )
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
     return module.get_function(name)
+
+
+@cupy.memoize(for_each_device=True)
+def _grad_columns(dtype_name: str) -> tuple[cupy.RawKernel, cupy.RawKernel]:
+    """The ``grad_column_maps`` and ``grad_columns`` kernels of `dtype_name`."""
+    t = C_TYPES[dtype_name]
+    names = [
+        f"xpops_logcumsumexp_grad_column_maps<{t}>",
+        f"xpops_logcumsumexp_grad_columns<{t}>",
+    ]
+    module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=names)
+    maps, columns = (module.get_function(name) for name in names)
+    return maps, columns
 
 
 def grad_tile_items(dtype_name: str) -> int:
@@ -337,6 +420,19 @@ def _two_scans(
     return combine_kernel(x, sums, ninf)
 
 
+def _choose(x: cupy.ndarray, axis: int) -> str:
+    """grad_tiles where the forward scans by tiles, grad_columns for a strided axis of at least
+    a warp of adjacent columns, the two scans otherwise (many short rows, few columns)."""
+    if x.dtype.name not in C_TYPES:
+        return "two_scans"
+    kind = choose_kernel(x.shape, axis)
+    if kind == "tiles":
+        return "grad_tiles"
+    if kind in ("columns", "column_blocks") and math.prod(x.shape[axis + 1 :]) >= 32:
+        return "grad_columns"
+    return "two_scans"
+
+
 def _grad_tiles_scan(
     x: cupy.ndarray, y: cupy.ndarray, g: cupy.ndarray, axis: int, exclusive: bool, reverse: bool
 ) -> cupy.ndarray:
@@ -369,6 +465,32 @@ def _grad_tiles_scan(
     return dx
 
 
+def _grad_columns_scan(
+    x: cupy.ndarray, y: cupy.ndarray, g: cupy.ndarray, axis: int, exclusive: bool, reverse: bool
+) -> cupy.ndarray:
+    L = x.shape[axis]
+    inner = math.prod(x.shape[axis + 1 :])
+    lanes = math.prod(x.shape[:axis]) * inner
+    # enough segments for GRAD_COLUMN_WAVES waves of the GPU, none shorter than
+    # GRAD_COLUMN_MIN_SEGMENT positions
+    wanted = -(-GRAD_COLUMN_WAVES * multiprocessors() * 2048 // lanes)
+    segments = max(1, min(L // GRAD_COLUMN_MIN_SEGMENT, wanted, MAX_GRID_Y))
+    seg = -(-L // segments)
+    segments = -(-L // seg)
+    maps_kernel, columns_kernel = _grad_columns(x.dtype.name)
+    maps = cupy.empty((segments, lanes, 2), x.dtype)
+    dx = cupy.empty(x.shape, x.dtype)
+    grid = (-(-lanes // GRAD_COLUMN_THREADS), segments)
+    sizes = (np.int64(L), np.int64(inner), np.int64(lanes), np.int64(seg))
+    maps_kernel(grid, (GRAD_COLUMN_THREADS,), (y, g, maps, *sizes, np.int32(reverse)))
+    columns_kernel(
+        grid,
+        (GRAD_COLUMN_THREADS,),
+        (x, y, g, maps, dx, *sizes, np.int32(exclusive), np.int32(reverse)),
+    )
+    return dx
+
+
 def real_pullback(
     x: cupy.ndarray,
     y: cupy.ndarray,
@@ -382,14 +504,16 @@ def real_pullback(
     shape, ndim >= 1), where the scan that covers is logcumsumexp with `exclusive` and
     `reverse` as given (the forward's `reverse` already flipped).
 
-    `kernel` (tests and benchmarks only) forces ``"grad_tiles"`` or ``"two_scans"``.
+    `kernel` (tests and benchmarks only) forces ``"grad_tiles"``, ``"grad_columns"`` or
+    ``"two_scans"``.
     """
     x, y, g = (cupy.ascontiguousarray(a) for a in (x, y, g))  # raw indexing is C order
     if x.size == 0:
         return cupy.empty(x.shape, x.dtype)
     if kernel is None:
-        tiles = choose_kernel(x.shape, axis) == "tiles" and x.dtype.name in C_TYPES
-        kernel = "grad_tiles" if tiles else "two_scans"
+        kernel = _choose(x, axis)
     if kernel == "grad_tiles":
         return _grad_tiles_scan(x, y, g, axis, exclusive, reverse)
+    if kernel == "grad_columns":
+        return _grad_columns_scan(x, y, g, axis, exclusive, reverse)
     return _two_scans(x, y, g, axis, exclusive, reverse)
