@@ -65,10 +65,15 @@ GRAD_MIN_BLOCKS = {"float32": 6, "float64": 4}
 GRAD_PREFETCH_PER_SM = 1
 GRAD_PREFETCH_MIN_TILES = 64
 # grad_columns: blocks of GRAD_COLUMN_THREADS adjacent columns, each column cut into segments of
-# at least GRAD_COLUMN_MIN_SEGMENT positions, enough of them for GRAD_COLUMN_WAVES full waves.
+# at least GRAD_COLUMN_MIN_SEGMENT positions, enough of them for GRAD_COLUMN_WAVES full waves
+# (2048 threads an SM). H200, share of the copy rate counting four passes (the kernels make six,
+# the second reading of y and g partly from L2), waves 2 / 4 / 8 / 16: (8192, 32768) float32
+# axis 0 59 / 66 / 64 / 57%; (65536, 4096) 63 / 61 / 55 / 36%; (8192, 16384) float64 66 / 64 /
+# 59 / 44%; (64, 4096, 1024) float32 axis 1 59 / 62 / 62 / 56%. The minimum segment (16 or 64)
+# changes none of them.
 GRAD_COLUMN_THREADS = 256
 GRAD_COLUMN_MIN_SEGMENT = 16
-GRAD_COLUMN_WAVES = 8
+GRAD_COLUMN_WAVES = 4
 
 _SOURCE = r"""
 // Maps S -> b + a S as Pair<T>{a, b} (the look-back slots' storage).
