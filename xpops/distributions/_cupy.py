@@ -35,11 +35,13 @@ from .._lib._cuda import C_TYPES, grid_1d
 from ._common import bad_values, batch_of
 
 __all__ = [
+    "GRAD_POINTS",
     "MAX_D",
     "POINTS",
     "kernels_for",
     "layout",
     "log_prob",
+    "log_prob_grads",
     "log_prob_of",
     "points_layout",
     "sample",
@@ -49,6 +51,7 @@ __all__ = [
 
 MAX_D = 32  # z[D] (and eps[D]) live in registers; above this the generic path is used
 POINTS = 128  # points (threads) a block; the float64 D=32 tile is 128 x 33 x 8 = 33 KiB
+GRAD_POINTS = 64  # log_prob_grad's points a block: two tiles, 2 x 64 x 33 x 8 = 33 KiB
 
 _SOURCE = r"""
 #define LOG_2PI 1.8378770664093453
@@ -134,6 +137,78 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_log_prob(
     }
     if (bad != nullptr && __any_sync(0xffffffffu, !finite) && (threadIdx.x & 31) == 0)
         atomicOr(bad, 1);
+}
+
+// The gradient of sum_o g_o log_prob(value_o) for one factor and one mean serving every point
+// (see `log_prob_grads`): per point u = L^-1 (v - mu) and w = L^-T u by substitution in
+// registers; the block writes -g w, coalesced through the tile, and its partial sums of
+// g w u^T (lower triangle, packed by rows) and of g w.
+template <typename T, int D>
+__global__ void __launch_bounds__(MVN_GRAD_POINTS) xpops_mvn_log_prob_grad(
+        const T* __restrict__ value, const T* __restrict__ g, const T* __restrict__ loc,
+        const T* __restrict__ tril, const long long n, T* __restrict__ g_value,
+        T* __restrict__ partial) {
+    constexpr int PITCH = Pitch<D>::value, PACK = D * (D + 1) / 2;
+    __shared__ T tile[MVN_GRAD_POINTS * PITCH];  // the values, then g w
+    __shared__ T tile_u[MVN_GRAD_POINTS * PITCH];
+    __shared__ T tri[PACK];
+    __shared__ T rdiag[D];
+    __shared__ T mu[D];
+    const long long first = (long long)blockIdx.x * MVN_GRAD_POINTS;
+    const int rows = (int)min((long long)MVN_GRAD_POINTS, n - first);
+    const T* src = value + first * D;
+    for (int e = threadIdx.x; e < rows * D; e += MVN_GRAD_POINTS) {
+        const int r = e / D;
+        tile[r * PITCH + (e - r * D)] = src[e];
+    }
+    stage_factor<T, D>(tril, tri, rdiag);
+    for (int i = threadIdx.x; i < D; i += MVN_GRAD_POINTS) mu[i] = loc[i];
+    __syncthreads();
+    T* tu = &tile_u[threadIdx.x * PITCH];
+    T* tw = &tile[threadIdx.x * PITCH];
+    if (threadIdx.x < rows) {
+        const T go = g[first + threadIdx.x];
+        T z[D];
+        #pragma unroll
+        for (int i = 0; i < D; ++i) {
+            T acc = tw[i] - mu[i];
+            #pragma unroll
+            for (int j = 0; j < i; ++j) acc -= tri[i * (i + 1) / 2 + j] * z[j];
+            z[i] = acc * rdiag[i];
+            tu[i] = z[i];
+        }
+        #pragma unroll
+        for (int i = D - 1; i >= 0; --i) {  // z becomes w, from the last row up
+            T acc = z[i];
+            #pragma unroll
+            for (int j = i + 1; j < D; ++j) acc -= tri[j * (j + 1) / 2 + i] * z[j];
+            z[i] = acc * rdiag[i];
+            tw[i] = go * z[i];
+        }
+    } else {  // rows past the end add nothing to the sums
+        #pragma unroll
+        for (int i = 0; i < D; ++i) tu[i] = tw[i] = T(0);
+    }
+    __syncthreads();
+    T* dst = g_value + first * D;
+    for (int e = threadIdx.x; e < rows * D; e += MVN_GRAD_POINTS) {
+        const int r = e / D;
+        dst[e] = -tile[r * PITCH + (e - r * D)];
+    }
+    T* part = partial + (long long)blockIdx.x * (PACK + D);
+    for (int e = threadIdx.x; e < PACK + D; e += MVN_GRAD_POINTS) {
+        T acc = T(0);
+        if (e < PACK) {
+            int i = 0;
+            while ((i + 1) * (i + 2) / 2 <= e) ++i;
+            const int j = e - i * (i + 1) / 2;
+            for (int r = 0; r < MVN_GRAD_POINTS; ++r)
+                acc += tile[r * PITCH + i] * tile_u[r * PITCH + j];
+        } else {
+            for (int r = 0; r < MVN_GRAD_POINTS; ++r) acc += tile[r * PITCH + e - PACK];
+        }
+        part[e] = acc;
+    }
 }
 
 // Philox4x32-10 (Salmon et al. 2011): four 32-bit words from a 128-bit counter and a 64-bit key.
@@ -247,7 +322,7 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_sample(
 }
 """
 
-_OPTIONS = ("-std=c++17", f"-DMVN_POINTS={POINTS}")
+_OPTIONS = ("-std=c++17", f"-DMVN_POINTS={POINTS}", f"-DMVN_GRAD_POINTS={GRAD_POINTS}")
 
 
 @cupy.memoize(for_each_device=True)
@@ -297,6 +372,44 @@ def log_prob(
         )
         kernel((grid_1d(n, POINTS),), (POINTS,), args)
     return out, flag
+
+
+def log_prob_grads(
+    loc: cupy.ndarray, tril: cupy.ndarray, value: cupy.ndarray, g: cupy.ndarray, *, xp: Any
+) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
+    """`._grads.log_prob_grads` on CuPy arrays: one kernel for one distribution (a factor
+    (D, D) and a mean (D,)) at points `value` (..., D) of cotangents `g` (...), one real
+    dtype and D <= MAX_D, the generic operations otherwise. The kernel writes the value's
+    cotangent and per-block partial sums, which one reduction adds up."""
+    from . import _grads
+
+    d = tril.shape[-1]
+    fused = (
+        tril.ndim == 2
+        and tuple(loc.shape) == (d,)
+        and tuple(value.shape) == (*g.shape, d)
+        and supported(value.dtype, d)
+        and value.dtype == tril.dtype == loc.dtype == g.dtype
+        and g.size > 0
+    )
+    if not fused:
+        return _grads.generic_log_prob_grads(loc, tril, value, g, xp=xp)
+    n = g.size
+    flat = cupy.ascontiguousarray(value.reshape(n, d))
+    gs = cupy.ascontiguousarray(g.reshape(n))
+    tril = cupy.ascontiguousarray(tril)
+    pack = d * (d + 1) // 2
+    blocks = grid_1d(n, GRAD_POINTS)
+    g_value = cupy.empty((n, d), dtype=value.dtype)
+    partial = cupy.empty((blocks, pack + d), dtype=value.dtype)
+    kernel = _kernel("log_prob_grad", value.dtype.name, d)
+    kernel((blocks,), (GRAD_POINTS,), (flat, gs, loc, tril, np.int64(n), g_value, partial))
+    sums = cupy.sum(partial, axis=0)
+    rows, cols = np.tril_indices(d)
+    g_l = cupy.zeros((d, d), dtype=value.dtype)
+    g_l[rows, cols] = sums[:pack]
+    g_l -= cupy.diag(cupy.sum(gs) / cupy.diagonal(tril))
+    return sums[pack:], g_l, g_value.reshape(value.shape)
 
 
 def _mix64(z: int) -> int:

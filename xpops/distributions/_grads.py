@@ -18,12 +18,14 @@ Every quantity goes through ``L``, one path for the three parametrizations:
 import math
 
 from .._lib import _compat
+from .._lib._dispatch import Engines, dispatch
 from .._lib._typing import Array, Namespace
 from ..linalg._triangular import solve_triangular
 from ._common import shape_of
 
 __all__ = [
     "entropy_factor",
+    "generic_log_prob_grads",
     "kl_grads",
     "log_prob_grads",
     "matrix_cotangent",
@@ -102,7 +104,16 @@ def log_prob_grads(
 
     With ``u = L^-1 (value - loc)`` and ``w = L^-T u``: ``d/dvalue = -w``, ``d/dloc = w``,
     ``d/dL = tril(w u^T) - diag(1 / L_ii)``, each times `g` and summed over broadcast batches.
+    CuPy arrays of one distribution take a fused kernel (`._cupy.log_prob_grads`).
     """
+    return dispatch(xp, _LOG_PROB_GRADS, loc, tril, value, g, xp=xp)
+
+
+def generic_log_prob_grads(
+    loc: Array, tril: Array, value: Array, g: Array, *, xp: Namespace
+) -> tuple[Array, Array, Array]:
+    """`log_prob_grads` in the namespace `xp`: two triangular solves of the points as
+    columns, one product for the factor's sum."""
     diff = value - loc
     shape = shape_of(diff)
     k = tril.ndim - 2
@@ -119,6 +130,16 @@ def log_prob_grads(
         sum_to(xp, g_l, shape_of(tril)),
         sum_to(xp, -g_diff, shape_of(value)),
     )
+
+
+# CuPy: the fused kernel for one distribution (it falls back to the generic code itself)
+_LOG_PROB_GRADS = Engines(
+    __package__,
+    numpy=generic_log_prob_grads,
+    cupy="._cupy:log_prob_grads",
+    dask=generic_log_prob_grads,
+    generic=generic_log_prob_grads,
+)
 
 
 def entropy_factor(xp: Namespace, tril: Array, g: Array) -> Array:

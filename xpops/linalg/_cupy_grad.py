@@ -6,10 +6,14 @@ With ``U = dx`` and ``X = z`` (both (batch, M, K)) and the lower factor ``L``, t
 
     ``-sum_r (U_ir (X^T L)_rj + X_ir (U^T L)_rj)``,  with  ``(X^T L)_rj = sum_{k >= j} X_kr L_kj``
 
-(the upper case is its transpose, with ``L = u^T``). A thread an element reads the column
-of ``L`` below the diagonal, from the L1 cache: the kernel reads ``u``, ``dx`` and ``z`` once
-and writes the cotangent once, where the generic code makes and reads several
-(batch, M, M) intermediates and runs two batched matrix products.
+(the upper case is its transpose, with ``L = u^T``). A thread a column ``j`` of a system
+computes ``(X^T L)_rj`` and ``(U^T L)_rj`` once, CHUNK right-hand sides at a time in
+registers, then every element of its column below the diagonal, and writes the zeros above
+it. Adjacent threads hold adjacent columns, so the reads of ``L`` and the writes of the
+cotangent are contiguous rows (transposed for ``upper``) and the reads of ``U`` and ``X``
+broadcasts. The kernel reads ``u``, ``dx`` and ``z`` once and writes the cotangent once, where
+the generic code makes and reads several (batch, M, M) intermediates and runs two batched
+matrix products.
 """
 
 import math
@@ -20,46 +24,60 @@ from ._grads import factor_cotangent as generic_factor_cotangent
 
 __all__ = ["MAX_K", "MAX_M", "MIN_ELEMENTS", "factor_cotangent"]
 
-# The kernel's reads of a column grow with M (M - j a thread, M^2 / 2 an element's row on
-# average) and its serial loop with K: past 64 of either the batched matrix products of the
-# generic code are the better plan. A thread an element: with fewer than MIN_ELEMENTS
-# elements the GPU is mostly idle, and the generic code's products spread the work better.
+# A thread's loops grow with M (2 (M - j) K multiply-adds for column j) and K: past 64 of
+# either the batched matrix products of the generic code are the better plan. A thread a
+# column: with fewer than MIN_ELEMENTS elements the GPU is mostly idle, and the generic code's
+# products spread the work better.
 MAX_M = 64
 MAX_K = 64
 MIN_ELEMENTS = 1 << 16
 
-_KERNEL = cupy.ElementwiseKernel(
-    "raw T U, raw T X, raw T F, int64 M, int64 K, bool upper",
-    "T dy",
-    """
-    // dy[b, row, col]; the lower case reads F[b, k, j] (k >= j), the upper case the
-    // transposed element F[b, j, k] and writes the transposed position
-    const long long m2 = M * M;
-    const long long b = i / m2;
-    const long long rc = i - b * m2;
-    const long long r0 = rc / M, c0 = rc - r0 * M;
-    const long long row = upper ? c0 : r0, col = upper ? r0 : c0;
-    if (row < col) {
-        dy = T(0);
-    } else {
+_CHUNK = 8  # right-hand sides held in registers at a time
+
+
+@cupy.memoize(for_each_device=True)
+def _kernel() -> cupy.ElementwiseKernel:
+    return cupy.ElementwiseKernel(
+        "raw T U, raw T X, raw T F, int64 M, int64 K, bool upper",
+        "raw T dy",
+        f"""
+        const long long b = i / M, col = i - b * M;
         const T* u = &U[b * M * K];
         const T* x = &X[b * M * K];
-        const T* f = &F[b * m2];
-        T acc = T(0);
-        for (long long r = 0; r < K; ++r) {
-            T s = T(0), t = T(0);  // (X^T L)_{r,col}, (U^T L)_{r,col}
-            for (long long k = col; k < M; ++k) {
+        const T* f = &F[b * M * M];
+        T* d = &dy[b * M * M];
+        for (long long row = 0; row < col; ++row) d[upper ? col * M + row : row * M + col] = T(0);
+        for (long long r0 = 0; r0 < K; r0 += {_CHUNK}) {{
+            const long long n = K - r0 < {_CHUNK} ? K - r0 : {_CHUNK};
+            T s[{_CHUNK}], t[{_CHUNK}];  // (X^T L)_(r, col), (U^T L)_(r, col)
+#pragma unroll
+            for (int q = 0; q < {_CHUNK}; ++q) {{
+                s[q] = T(0);
+                t[q] = T(0);
+            }}
+            for (long long k = col; k < M; ++k) {{
                 const T l = upper ? f[col * M + k] : f[k * M + col];
-                s += x[k * K + r] * l;
-                t += u[k * K + r] * l;
-            }
-            acc -= u[row * K + r] * s + x[row * K + r] * t;
-        }
-        dy = acc;
-    }
-    """,
-    "xpops_cholesky_solve_grad_factor",
-)
+#pragma unroll
+                for (int q = 0; q < {_CHUNK}; ++q) {{
+                    if (q < n) {{
+                        s[q] += x[k * K + r0 + q] * l;
+                        t[q] += u[k * K + r0 + q] * l;
+                    }}
+                }}
+            }}
+            for (long long row = col; row < M; ++row) {{
+                T acc = T(0);
+#pragma unroll
+                for (int q = 0; q < {_CHUNK}; ++q) {{
+                    if (q < n) acc += u[row * K + r0 + q] * s[q] + x[row * K + r0 + q] * t[q];
+                }}
+                T* at = &d[upper ? col * M + row : row * M + col];
+                *at = (r0 == 0 ? T(0) : *at) - acc;
+            }}
+        }}
+        """,
+        "xpops_cholesky_solve_grad_factor",
+    )
 
 
 def factor_cotangent(
@@ -80,5 +98,5 @@ def factor_cotangent(
         return generic_factor_cotangent(dx, z, u, upper, batch)
     dx, z, u = (cupy.ascontiguousarray(a) for a in (dx, z, u))
     dy = cupy.empty((*batch, m, m), dx.dtype)
-    _KERNEL(dx, z, u, m, k, upper, dy)
+    _kernel()(dx, z, u, m, k, upper, dy, size=math.prod(batch) * m)
     return dy

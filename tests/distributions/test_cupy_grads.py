@@ -1,0 +1,87 @@
+"""The CuPy kernel of log_prob's gradients (GPU only: skipped without a CUDA device): one
+distribution at many points, every D the kernel takes at its block boundaries, against float64
+formulas on the host; the generic operations for what it does not take."""
+
+import numpy as np
+import pytest
+from scipy.linalg import solve_triangular
+
+import xpops
+from xpops.distributions import MultivariateNormal
+
+
+def _reference(loc, tril, value, g):
+    """(g_loc, g_scale_tril, g_value) of sum g * log_prob(value), in float64 by SciPy's
+    triangular solves: with u = L^-1 (v - loc), w = L^-T u: -g w, sum g w, and
+    tril(sum g w u^T) - diag(sum g / L_ii)."""
+    loc, tril = loc.astype(np.float64), tril.astype(np.float64)
+    v = value.reshape(-1, tril.shape[0]).astype(np.float64)
+    gs = g.reshape(-1).astype(np.float64)
+    u = solve_triangular(tril, (v - loc).T, lower=True)
+    w = solve_triangular(tril, u, lower=True, trans="T")
+    gw = w * gs
+    g_l = np.tril(gw @ u.T) - np.diag(gs.sum() / np.diag(tril))
+    return gw.sum(axis=1), g_l, (-gw.T).reshape(value.shape)
+
+
+def _factor(rng, d, dtype):
+    a = rng.normal(0, 0.3, (d, d))
+    return (np.tril(a, -1) + np.diag(rng.uniform(0.5, 1.5, d))).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("d", [1, 5, 16, 32])
+def test_log_prob_grads_kernel(cupy_only, dtype, d):
+    cupy = cupy_only
+    rng = np.random.default_rng(d)
+    tol = 2e-4 if dtype == "float32" else 1e-11
+    for shape in [(1,), (63,), (64,), (65,), (3, 700)]:
+        loc = rng.normal(0, 1, d).astype(dtype)
+        tril = _factor(rng, d, dtype)
+        value = rng.normal(0, 2, (*shape, d)).astype(dtype)
+        g = rng.normal(0, 1, shape).astype(dtype)
+        dist = MultivariateNormal(cupy.asarray(loc), scale_tril=cupy.asarray(tril))
+        _, pullback = xpops.vjp(MultivariateNormal.log_prob, dist, cupy.asarray(value))
+        g_dist, g_value = pullback(cupy.asarray(g))
+        want_loc, want_l, want_value = _reference(loc, tril, value, g)
+        for got, want in [(g_dist["loc"], want_loc), (g_dist["scale_tril"], want_l),
+                          (g_value, want_value)]:  # fmt: skip
+            got = got.get()
+            assert got.dtype == dtype
+            assert got.shape == want.shape
+            scale = max(1.0, float(np.max(np.abs(want))))
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol * scale)
+
+
+def test_log_prob_grads_kernel_is_used_and_the_batch_is_not(cupy_only, monkeypatch):
+    """One distribution takes the kernel; a batch of them, or a broadcast value, the generic
+    operations: the same gradients either way."""
+    cupy = cupy_only
+    from xpops.distributions import _grads
+
+    calls = []
+    original = _grads.generic_log_prob_grads
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_grads, "generic_log_prob_grads", spy)
+    rng = np.random.default_rng(3)
+    d = 4
+    loc, tril = rng.normal(0, 1, d), _factor(rng, d, "float64")
+    value = rng.normal(0, 1, (100, d))
+    g = rng.normal(0, 1, 100)
+    one = MultivariateNormal(cupy.asarray(loc), scale_tril=cupy.asarray(tril))
+    _, pullback = xpops.vjp(MultivariateNormal.log_prob, one, cupy.asarray(value))
+    fused = pullback(cupy.asarray(g))
+    assert calls == []
+    batch = MultivariateNormal(cupy.asarray(np.stack([loc, loc])), scale_tril=cupy.asarray(tril))
+    _, pullback = xpops.vjp(MultivariateNormal.log_prob, batch, cupy.asarray(value[:, None]))
+    g_batch, g_value = pullback(cupy.asarray(np.stack([g, np.zeros(100)], axis=1)))
+    assert calls == [1]
+    np.testing.assert_allclose(g_value.get()[:, 0], fused[1].get(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(g_batch["loc"].get()[0], fused[0]["loc"].get(), rtol=1e-12)
+    np.testing.assert_allclose(
+        g_batch["scale_tril"].get(), fused[0]["scale_tril"].get(), rtol=1e-12, atol=1e-12
+    )
