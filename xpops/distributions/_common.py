@@ -25,6 +25,7 @@ __all__ = [
     "namespace_of",
     "pack",
     "parameter_batch",
+    "raise_unless",
     "result",
     "same_device",
     "sample_shape",
@@ -148,6 +149,20 @@ def all_true(xp: Namespace, condition: Array) -> bool:
     if _compat.is_traced(condition):
         return True
     return bool(xp.all(condition))
+
+
+def raise_unless(xp: Namespace, checks: list[tuple[Array, str]]) -> None:
+    """``ValueError`` with the message of the first condition of `checks` (``(condition,
+    message)`` pairs) that does not hold everywhere. One read from the device when all hold
+    (the usual case): the conditions are reduced there first, and read one by one only to
+    name the failure."""
+    if not checks:
+        return
+    if all_true(xp, xp.stack([xp.all(c) for c, _ in checks])):
+        return
+    for condition, message in checks:
+        if not all_true(xp, condition):
+            raise ValueError(message)
 
 
 def bad_values(what: str, shape: tuple[int, ...], allow_inf: bool) -> str:

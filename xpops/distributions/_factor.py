@@ -10,37 +10,35 @@ from .._lib._typing import Array, Namespace
 from ..linalg._triangular import solve_triangular
 from ._common import all_true, shape_of
 
-__all__ = ["check_factor", "check_matrix", "factor"]
+__all__ = ["check_factor", "factor", "matrix_checks"]
 
 
-def check_matrix(xp: Namespace, name: str, m: Array, dtype: Any) -> None:
-    """``ValueError`` unless `m` is finite and, as parameter `name`, lower triangular with a
+def matrix_checks(xp: Namespace, name: str, m: Array, dtype: Any) -> list[tuple[Array, str]]:
+    """The conditions (device arrays) that `m` must meet as parameter `name`, each with the
+    message of its failure, in the order they are checked: finite, then lower triangular with a
     positive diagonal (``scale_tril``) or symmetric (a covariance or precision)."""
-    if not all_true(xp, xp.isfinite(m)):
-        msg = f"`{name}` must be finite, got shape {shape_of(m)} with non-finite values"
-        raise ValueError(msg)
+    shape = shape_of(m)
+    finite = f"`{name}` must be finite, got shape {shape} with non-finite values"
+    checks = [(xp.isfinite(m), finite)]
     if name == "scale_tril":
-        if not all_true(xp, xp.triu(m, k=1) == 0):
-            msg = (
-                f"`scale_tril` must be lower triangular (zero above the diagonal), got shape "
-                f"{shape_of(m)} with nonzero entries above the diagonal"
-            )
-            raise ValueError(msg)
-        if not all_true(xp, xp.linalg.diagonal(m) > 0):
-            msg = (
-                f"`scale_tril` must have a positive diagonal, got shape {shape_of(m)} with a "
-                "diagonal entry <= 0"
-            )
-            raise ValueError(msg)
-        return
-    mt = xp.matrix_transpose(m)
+        checks.append((
+            xp.triu(m, k=1) == 0,
+            f"`scale_tril` must be lower triangular (zero above the diagonal), got shape "
+            f"{shape} with nonzero entries above the diagonal",
+        ))  # fmt: skip
+        checks.append((
+            xp.linalg.diagonal(m) > 0,
+            f"`scale_tril` must have a positive diagonal, got shape {shape} with a diagonal "
+            "entry <= 0",
+        ))  # fmt: skip
+        return checks
+    if math.prod(shape) == 0:
+        return checks
     eps = float(xp.finfo(dtype).eps)
-    if math.prod(shape_of(m)) == 0:
-        return
     scale = xp.max(xp.abs(m), axis=(-2, -1), keepdims=True)
-    if not all_true(xp, xp.abs(m - mt) <= 64 * eps * scale):
-        msg = f"`{name}` must be symmetric, got shape {shape_of(m)} with m != m.T"
-        raise ValueError(msg)
+    symmetric = xp.abs(m - xp.matrix_transpose(m)) <= 64 * eps * scale
+    checks.append((symmetric, f"`{name}` must be symmetric, got shape {shape} with m != m.T"))
+    return checks
 
 
 def check_factor(xp: Namespace, name: str, m: Array, tril: Array) -> None:

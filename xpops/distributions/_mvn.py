@@ -37,12 +37,13 @@ from ._common import (
     float_dtype,
     is_array,
     parameter_batch,
+    raise_unless,
     result,
     same_device,
     sample_shape,
     shape_of,
 )
-from ._factor import check_factor, check_matrix, factor
+from ._factor import check_factor, factor, matrix_checks
 from ._kl import kl_divergence, normal_kl, register_kl
 from ._properties import Properties
 
@@ -230,10 +231,9 @@ class MultivariateNormal(CdfMethods, Properties):
     def _parameters(self, name: str, loc: Array, matrix: Array) -> tuple[Array, Array]:
         """(loc broadcast to the batch, the lower factor L with L L^T = covariance), checked."""
         xp = self._xp
-        if self._validate:
-            if not all_true(xp, xp.isfinite(loc)):
-                raise ValueError(bad_loc(shape_of(loc)))
-            check_matrix(xp, name, matrix, self._dtype)
+        if self._validate:  # one read from the device for all the checks
+            checks = [(xp.isfinite(loc), bad_loc(shape_of(loc)))]
+            raise_unless(xp, checks + matrix_checks(xp, name, matrix, self._dtype))
         tril = factor(xp, name, matrix, self._dtype, self._validate)
         if self._validate and name != "scale_tril":
             check_factor(xp, name, matrix, tril)

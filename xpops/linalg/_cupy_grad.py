@@ -46,7 +46,8 @@ def _kernel() -> cupy.ElementwiseKernel:
         const T* x = &X[b * M * K];
         const T* f = &F[b * M * M];
         T* d = &dy[b * M * M];
-        for (long long row = 0; row < col; ++row) d[upper ? col * M + row : row * M + col] = T(0);
+        // every loop runs over all M rows, predicated, so that the threads of a system read
+        // and write one row together (contiguous columns) rather than a diagonal of it
         for (long long r0 = 0; r0 < K; r0 += {_CHUNK}) {{
             const long long n = K - r0 < {_CHUNK} ? K - r0 : {_CHUNK};
             T s[{_CHUNK}], t[{_CHUNK}];  // (X^T L)_(r, col), (U^T L)_(r, col)
@@ -55,24 +56,30 @@ def _kernel() -> cupy.ElementwiseKernel:
                 s[q] = T(0);
                 t[q] = T(0);
             }}
-            for (long long k = col; k < M; ++k) {{
+            for (long long k = 0; k < M; ++k) {{
                 const T l = upper ? f[col * M + k] : f[k * M + col];
+                if (k >= col) {{
 #pragma unroll
-                for (int q = 0; q < {_CHUNK}; ++q) {{
-                    if (q < n) {{
-                        s[q] += x[k * K + r0 + q] * l;
-                        t[q] += u[k * K + r0 + q] * l;
+                    for (int q = 0; q < {_CHUNK}; ++q) {{
+                        if (q < n) {{
+                            s[q] += x[k * K + r0 + q] * l;
+                            t[q] += u[k * K + r0 + q] * l;
+                        }}
                     }}
                 }}
             }}
-            for (long long row = col; row < M; ++row) {{
+            for (long long row = 0; row < M; ++row) {{
                 T acc = T(0);
 #pragma unroll
                 for (int q = 0; q < {_CHUNK}; ++q) {{
                     if (q < n) acc += u[row * K + r0 + q] * s[q] + x[row * K + r0 + q] * t[q];
                 }}
                 T* at = &d[upper ? col * M + row : row * M + col];
-                *at = (r0 == 0 ? T(0) : *at) - acc;
+                if (row < col) {{
+                    *at = T(0);
+                }} else {{
+                    *at = (r0 == 0 ? T(0) : *at) - acc;
+                }}
             }}
         }}
         """,
