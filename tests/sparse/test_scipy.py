@@ -142,6 +142,48 @@ def test_float_encoding(scipy_only, monkeypatch, helper, block, share, dtype):
         stop()
 
 
+def _csr_with_bits(entries, values, shape, dtype):
+    """A canonical CSR array of `dtype` with `values` at `entries` (row-major), the values
+    given as floats or as bit patterns (Python ints: NaNs of chosen payloads)."""
+    bits = np.dtype(np.uint32 if dtype == "float32" else np.uint64)
+    data = np.empty(len(values), dtype=dtype)
+    for i, v in enumerate(values):
+        data[i : i + 1] = np.array([v], bits).view(dtype) if isinstance(v, int) else v
+    rows, cols = (np.array(c) for c in zip(*entries, strict=True))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=shape[0]))])
+    return sp.csr_array((data, cols.astype(np.int32), indptr.astype(np.int32)), shape=shape)
+
+
+@pytest.mark.parametrize("share", [0.0, 100.0], ids=["complex_again", "rows_again"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_float_encoding_nan_payloads(scipy_only, monkeypatch, dtype, share):
+    """NaNs of several payloads (signalling, every bit set, the sign set) stored in x alone
+    and on both sides, next to values whose codes could cancel theirs: NaN in the result
+    (the rows with positions stored on both sides merged again, or the whole block)."""
+    from xpops.sparse import _host as engine
+
+    monkeypatch.setattr(engine, "OVERLAP_SHARE", share)
+    width, mant = (32, 23) if dtype == "float32" else (64, 52)
+    ones = (1 << (width - 1 - mant)) - 1  # the exponent of a NaN
+    nans = [(ones << mant) | 1, (1 << width) - 1, (1 << (width - 1)) | (ones << mant) | 3]
+    shape = (3, 8)
+    # row 0: x's NaNs alone; row 1: x's NaNs on both sides, against -1, +1, -0.0 and a NaN;
+    # row 2: y's NaNs alone
+    x_at = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3), (1, 4), (1, 5)]
+    x_vals = [*nans, *nans, 2.0, nans[0], 5.0]
+    y_at = [(1, 0), (1, 1), (1, 2), (1, 3), (1, 5), (2, 0), (2, 1), (2, 2), (2, 7)]
+    y_vals = [-1.0, 1.0, -0.0, nans[1], 0.0, *nans, -4.0]
+    xs = _csr_with_bits(x_at, x_vals, shape, dtype)
+    ys = _csr_with_bits(y_at, y_vals, shape, dtype)
+    floats = [[np.nan if isinstance(v, int) else v for v in vals] for vals in (x_vals, y_vals)]
+    x, y = (
+        Entries(np.array(f), tuple(np.array(c) for c in zip(*at, strict=True)))
+        for f, at in zip(floats, (x_at, y_at), strict=True)
+    )
+    mask, want = _reference_in(x, y, dtype, shape)
+    assert_result(scipy_only, xpops.sparse.divide(xs, ys), xs, mask, want, dtype)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128", "int64"])
 @pytest.mark.parametrize("fmt", ["csr", "csc", "coo"])
 def test_same_pattern(scipy_only, dtype, fmt):

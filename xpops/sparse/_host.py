@@ -10,15 +10,16 @@ The merge of the two sorted patterns is SciPy's CSR addition (``_lib._scipy_spar
 csr_plus_csr``: the compiled routine, writing straight into the result's buffers) on values
 encoded so that the sum is never zero (SciPy drops zero sums) and tells which side was stored:
 
-* **floats** (real float32 and float64 values, one an entry: the usual case): x's entries as
-  ``x / 0`` (``±inf`` or NaN, the quotient where only x stores the position), y's as a tiny
-  normal number of y's sign (NaN for a stored zero or NaN), so that multiplying the sum by
-  that number again leaves x's codes and rounds y's to the zero ``0 / y`` is. One value an
-  entry, so the merge moves no more than SciPy's own ``x + y``; where both sides store a
-  position the sum holds only x's code, so the rows with such positions (fewer entries than
-  x's and y's together) are merged again by a complex encoding. Operands of one pattern skip
-  the merge (``x.data / y.data``), and blocks where many rows hold such positions go to the
-  complex encodings directly.
+* **floats** (real float32 and float64 values, one an entry: the usual case): the bits of
+  the quotient where one side stores a position, as unsigned integers of the value's size
+  (SciPy's integer merge is about 12% faster than its floating one, and faster than its
+  ``x + y``): ``x / 0`` (``±inf`` or NaN) with the lowest bit cleared for x, ``0 / y``
+  (``±0`` or NaN) with the lowest bit set for y, so that no code and no sum of two is zero;
+  clearing the lowest bit of the sum gives the quotient. Where both sides store a position
+  the sum is no quotient, so the rows with such positions (fewer entries than x's and y's
+  together) are merged again by a complex encoding. Operands of one pattern skip the merge
+  (``x.data / y.data``), and blocks where many rows hold such positions go to the complex
+  encodings directly.
 * **values** (other real values, or rows merged again): ``x + i*y`` in the complex dtype of
   the result, so each stored position of the sum holds ``x_ij + i*y_ij`` with a missing side
   0, and the quotient is ``real / imag``. No stored zeros on either side (they could cancel).
@@ -41,7 +42,6 @@ SciPy's ``x + y`` is that merge on one thread, so only the second core makes the
 faster than it.
 """
 
-import functools
 import math
 import threading
 from typing import Any, NamedTuple
@@ -76,8 +76,10 @@ FLOAT_BLOCK_ENTRIES = 1 << 18
 # (SciPy's CSR addition and NumPy's arithmetic release the GIL), and converts y while this
 # thread converts x (`_scipy`).
 HELPER_MIN_ENTRIES = 1 << 18
-# The dtypes merged by the float encoding (`_merge_floats`).
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# The dtypes merged by the float encoding (`_merge_floats`), with the unsigned integers of
+# their bits.
+FLOAT_BITS = {np.dtype(np.float32): np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.uint64)}
+FLOAT_DTYPES = tuple(FLOAT_BITS)
 # A block merged by the float encoding with more positions stored on both sides than this
 # share of its rows is merged again by the complex encodings, and so are the thread's further
 # blocks (operands of nearly the same pattern): dividing those rows again would cost more.
@@ -209,15 +211,14 @@ def _complex_of(dtype: np.dtype) -> np.dtype:
     return np.result_type(dtype, np.complex64)
 
 
-def _row_blocks(x: Csr, y: Csr, entries: int) -> np.ndarray:
-    """Row boundaries of blocks of about equal numbers of entries of x and y together, at
-    most `entries` each."""
-    nrows = x.indptr.size - 1
-    before = x.indptr.astype(np.int64) + y.indptr.astype(np.int64)  # entries before each row
+def _row_blocks(before: np.ndarray, entries: int) -> np.ndarray:
+    """Row boundaries of blocks of about equal numbers of entries, at most `entries` each,
+    given the entries `before` each row (int64, one more than the rows)."""
+    nrows = before.size - 1
     total = int(before[-1])
-    at = np.arange(-(-total // entries)) * total // max(-(-total // entries), 1)
-    starts = np.searchsorted(before, at, side="right") - 1
-    return np.unique(np.concatenate([starts, [0, nrows]]).clip(0, nrows))
+    blocks = -(-total // entries)
+    starts = np.searchsorted(before, np.arange(blocks) * total // max(blocks, 1), side="right")
+    return np.unique(np.concatenate([starts - 1, [0, nrows]]).clip(0, nrows))
 
 
 def _with_index(a: Csr, index: np.dtype) -> Csr:
@@ -298,14 +299,6 @@ class _Buffers:
         return buf[: n + 1]
 
 
-@functools.cache
-def _float_scale(dtype: np.dtype) -> float:
-    """The float encoding's scale of `dtype`: a normal number whose square is below half the
-    smallest subnormal, so that ``±scale * scale`` rounds to a zero of that sign."""
-    info = np.finfo(dtype)
-    return math.ldexp(1.0, (info.minexp - info.nmant) * 3 // 4)
-
-
 def _merge_block(
     x: Csr, y: Csr, r0: int, r1: int, bufs: _Buffers, indices: np.ndarray, data: np.ndarray,
     offset: int, apart: np.ndarray | None,
@@ -341,28 +334,31 @@ def _merge_block(
 def _merge_floats(x: Csr, y: Csr, bufs: _Buffers, indices: np.ndarray, data: np.ndarray) -> int:
     """x / y of real floating operands (one value an entry) by the float encoding, into
     `indices` and `data`, row pointers in ``bufs.indptr``; returns the number of entries.
-    Correct but where a position is stored on both sides: there it holds ``x / 0``.
+    Correct but where a position is stored on both sides.
 
-    x's entries are encoded as ``x / 0`` (``±inf`` or NaN: the quotient where only x is
-    stored), y's as ``±scale`` with y's sign (NaN for a stored zero or NaN: ``0 / y``), so
-    that no sum is zero; the sum at a position stored on one side is that side's code, and
-    multiplying it by ``scale`` leaves ``±inf`` and NaN and rounds ``±scale**2`` to ``±0``."""
+    The codes are the bits of the quotients where one side stores a position, as unsigned
+    integers (SciPy's integer merge is faster than its floating one): ``x / 0`` for x
+    (``±inf`` or NaN) with the lowest bit clear, even numbers, and ``0 / y`` for y (``±0``,
+    or NaN for a stored zero or NaN) with the lowest bit set, odd numbers. So no code and
+    no sum of an x code and a y code is zero (SciPy would drop it), and clearing the lowest
+    bit of the sum at a position stored on one side gives that side's quotient (a NaN, quiet
+    after the division, stays NaN)."""
     nx, ny = x.data.shape[0], y.data.shape[0]
-    scale = _float_scale(data.dtype)
+    bits = FLOAT_BITS[data.dtype]
     xbuf, ybuf = bufs.floats_of(data.dtype)
     xe, ye = xbuf[:nx], ybuf[:ny]
-    with np.errstate(divide="ignore", invalid="ignore", under="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         np.divide(x.data, 0, out=xe)
-        # (the smallest magnitude is 0 or NaN if y stores a zero or a NaN)
-        clean = ny == 0 or bool(np.abs(y.data, out=ye).min() > 0)
-        np.copysign(scale, y.data, out=ye)
-        if not clean:
-            ye[(y.data == 0) | np.isnan(y.data)] = np.nan
-        m = csr_plus_csr(
-            x.indptr.size - 1, x.ncols, x.indptr, x.indices, xe, y.indptr, y.indices, ye,
-            bufs.indptr, indices, data,
-        )  # fmt: skip
-        np.multiply(data[:m], scale, out=data[:m])
+        np.divide(0, y.data, out=ye)
+    low = bits.type(1)
+    np.bitwise_and(xe.view(bits), ~low, out=xe.view(bits))
+    np.bitwise_or(ye.view(bits), low, out=ye.view(bits))
+    out = data.view(bits)
+    m = csr_plus_csr(
+        x.indptr.size - 1, x.ncols, x.indptr, x.indices, xe.view(bits), y.indptr, y.indices,
+        ye.view(bits), bufs.indptr, indices, out,
+    )  # fmt: skip
+    np.bitwise_and(out[:m], ~low, out=out[:m])
     return m
 
 
@@ -459,11 +455,12 @@ def merge(x: Csr, y: Csr, dtype: np.dtype) -> Csr:
     indices = np.empty(maxnnz, dtype=index)
     indptr = np.zeros(nrows + 1, dtype=np.int64)
     floats = dtype in FLOAT_DTYPES and xd.ndim == 1
+    ahead = x.indptr.astype(np.int64) + y.indptr  # entries of x and y before each row
     # the entries of each row in x and y together (the float encoding's rows with fewer hold
     # positions stored on both sides)
-    apart = np.diff(x.indptr.astype(np.int64)) + np.diff(y.indptr) if floats else None
-    bounds = _row_blocks(x, y, FLOAT_BLOCK_ENTRIES if floats else BLOCK_ENTRIES).tolist()
-    before = [int(x.indptr[r]) + int(y.indptr[r]) for r in bounds]  # entries before block b
+    apart = np.diff(ahead) if floats else None
+    bounds = _row_blocks(ahead, FLOAT_BLOCK_ENTRIES if floats else BLOCK_ENTRIES).tolist()
+    before = [int(ahead[r]) for r in bounds]  # entries before block b
     blocks = len(bounds) - 1
     # blocks are claimed one at a time, by this thread from the front and by the helper from
     # the back, so that neither waits long for the other when one is slowed down
