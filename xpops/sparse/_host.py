@@ -10,7 +10,7 @@ The merge of the two sorted patterns is SciPy's CSR addition (``_lib._scipy_spar
 csr_plus_csr``: the compiled routine, writing straight into the result's buffers) on values
 encoded so that the sum is never zero (SciPy drops zero sums) and tells which side was stored:
 
-* **floats** (real float32 and float64 values, one an entry: the usual case): the bits of
+* **floats** (float64 values, and float32 ones with stored zeros, one an entry): the bits of
   the quotient where one side stores a position, as unsigned integers of the value's size
   (SciPy's integer merge is about 12% faster than its floating one, and faster than its
   ``x + y``): ``x / 0`` (``±inf`` or NaN) with the lowest bit cleared for x, ``0 / y``
@@ -20,9 +20,13 @@ encoded so that the sum is never zero (SciPy drops zero sums) and tells which si
   together) are merged again by a complex encoding. Operands of one pattern skip the merge
   (``x.data / y.data``), and blocks where many rows hold such positions go to the complex
   encodings directly.
-* **values** (other real values, or rows merged again): ``x + i*y`` in the complex dtype of
-  the result, so each stored position of the sum holds ``x_ij + i*y_ij`` with a missing side
-  0, and the quotient is ``real / imag``. No stored zeros on either side (they could cancel).
+* **values** (float32 values, other real values, rows merged again): ``x + i*y`` in the
+  complex dtype of the result, so each stored position of the sum holds ``x_ij + i*y_ij``
+  with a missing side 0, and the quotient is ``real / imag``. No stored zeros on either
+  side (they could cancel). complex64 codes are merged as the 64-bit unsigned integers of
+  their bits (one half of each code is zero, so the sum is the pair): for float32 values
+  this beats the float encoding, which would merge the rows with positions on both sides
+  again.
 * **positions** (complex values, stored zeros, or blocks of values an entry): ``(k+1) +
   i*(l+1)`` in complex128 for the k-th stored entry of `x` and the l-th of `y` (0 when
   missing; exact up to 2**53 entries), decoded into two gathers from the values padded with a
@@ -67,10 +71,10 @@ __all__ = [
 # so that their intermediates stay in the cache. Best measured on a 2-core AMD EPYC for two
 # 20000 x 20000 operands of 400k entries each: blocks of 16k entries cost Python overhead.
 BLOCK_ENTRIES = 1 << 16
-# The float encoding merges blocks of about this many entries: a few NumPy calls a block
-# (each a handover of the GIL between the two threads) count for more than its intermediates
-# of one value an entry leaving the cache (same machine and operands: 2**16 entries cost
-# about 15% more, 2**17 5%; 2**19 the same).
+# The float encoding (and float32 values) merge blocks of about this many entries: a few
+# NumPy calls a block (each a handover of the GIL between the two threads) count for more
+# than its intermediates leaving the cache (same machine and operands: blocks of 2**16
+# entries cost about 20% more, 2**17 a few %, 2**19 as much or more).
 FLOAT_BLOCK_ENTRIES = 1 << 18
 # From this many entries of x and y together, a second thread merges part of the row blocks
 # (SciPy's CSR addition and NumPy's arithmetic release the GIL), and converts y while this
@@ -78,7 +82,10 @@ FLOAT_BLOCK_ENTRIES = 1 << 18
 HELPER_MIN_ENTRIES = 1 << 18
 # The dtypes merged by the float encoding (`_merge_floats`), with the unsigned integers of
 # their bits.
-FLOAT_BITS = {np.dtype(np.float32): np.dtype(np.uint32), np.dtype(np.float64): np.dtype(np.uint64)}
+FLOAT_BITS: dict[np.dtype, np.dtype] = {
+    np.dtype(np.float32): np.dtype(np.uint32),
+    np.dtype(np.float64): np.dtype(np.uint64),
+}
 FLOAT_DTYPES = tuple(FLOAT_BITS)
 # A block merged by the float encoding with more positions stored on both sides than this
 # share of its rows is merged again by the complex encodings, and so are the thread's further
@@ -228,10 +235,11 @@ def _with_index(a: Csr, index: np.dtype) -> Csr:
 
 
 # Each thread keeps its encoding buffers between calls, for blocks of up to KEEP_ENTRIES
-# entries (about 3 MB of complex128 for three buffers of BLOCK_ENTRIES): new ones are fresh
+# entries (a block of the float encoding and a row more: about 6 MB of complex64 for three
+# buffers, for float32 values; 3 MB of complex128 for BLOCK_ENTRIES): new ones are fresh
 # memory, zeroed and first-touched on every call, about a tenth of a call's time for two
 # operands of 400k entries.
-KEEP_ENTRIES = 4 * BLOCK_ENTRIES
+KEEP_ENTRIES = FLOAT_BLOCK_ENTRIES + BLOCK_ENTRIES
 _KEPT = threading.local()
 
 
@@ -260,7 +268,7 @@ def _float_buffers(dtype: np.dtype, span: int) -> tuple[np.ndarray, np.ndarray]:
         return bufs
     size = max(span, FLOAT_BLOCK_ENTRIES)
     bufs = (np.empty(size, dtype), np.empty(size, dtype))
-    if size <= 2 * FLOAT_BLOCK_ENTRIES:
+    if size <= KEEP_ENTRIES:
         kept[dtype] = bufs
         _KEPT.floats = kept
     return bufs
@@ -315,7 +323,10 @@ def _merge_block(
     xs = Csr(x.indptr[r0 : r1 + 1] - index(xa), x.indices[xa:xb], x.data[xa:xb], x.ncols)
     ys = Csr(y.indptr[r0 : r1 + 1] - index(ya), y.indices[ya:yb], y.data[ya:yb], y.ncols)
     indices, data = indices[offset:], data[offset:]
-    if bufs.floats and apart is not None:
+    # float32 values without stored zeros: both values of a position fit one code, with no
+    # positions stored on both sides to divide again
+    packed = x.data.dtype.itemsize == 4 and _values(xs.data, ys.data)
+    if bufs.floats and apart is not None and not packed:
         m = _merge_floats(xs, ys, bufs, indices, data)
         both = (xb - xa) + (yb - ya) - m  # positions stored on both sides
         if both == 0:
@@ -328,7 +339,7 @@ def _merge_block(
         # (such positions in many rows: the same pattern on both sides, say) this block and
         # the thread's further ones by the complex encodings
         bufs.floats = False
-    return _merge_encoded(xs, ys, bufs, bufs.indptr, indices, data)
+    return _merge_encoded(xs, ys, bufs, bufs.indptr, indices, data, packed or None)
 
 
 def _merge_floats(x: Csr, y: Csr, bufs: _Buffers, indices: np.ndarray, data: np.ndarray) -> int:
@@ -366,7 +377,7 @@ def _divide_again(
     x: Csr, y: Csr, again: list[tuple[np.ndarray, np.ndarray]], data: np.ndarray
 ) -> None:
     """Divide again, by the complex encodings, rows that the float encoding merged with
-    positions stored on both sides (`again`: the rows, increasing, and where their entries
+    positions stored on both sides (`again`: the rows, each once, and where their entries
     start in the result's values `data`)."""
     rows = np.concatenate([rows for rows, _ in again])
     starts = np.concatenate([starts for _, starts in again]).astype(np.intp)
@@ -392,16 +403,23 @@ def _rows(a: Csr, rows: np.ndarray) -> Csr:
     return Csr(indptr, a.indices[at], a.data[at], a.ncols)
 
 
+def _values(xs: np.ndarray, ys: np.ndarray) -> bool:
+    """Whether the values encoding takes x's and y's values: real, one an entry, no stored
+    zeros (``(a != 0).all()`` is about 3x faster than ``a.all()`` on floats)."""
+    return xs.dtype.kind == "f" and xs.ndim == 1 and bool((xs != 0).all() and (ys != 0).all())
+
+
 def _merge_encoded(
-    x: Csr, y: Csr, bufs: _Buffers, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray
-) -> int:
-    """x / y by the complex encodings (the values one or the positions one), into `indptr`,
-    `indices` and `data`; returns the number of entries written."""
+    x: Csr, y: Csr, bufs: _Buffers, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray,
+    values: bool | None = None,
+) -> int:  # fmt: skip
+    """x / y by the complex encodings (the values one if `values`, or if x's and y's values
+    allow it when None; else the positions one), into `indptr`, `indices` and `data`;
+    returns the number of entries written."""
     xs, ys = x.data, y.data
     nx, ny = xs.shape[0], ys.shape[0]
-    # values (real values, no stored zeros in this block's entries) or positions
-    # (``(a != 0).all()`` is about 3x faster than ``a.all()`` on floats)
-    values = xs.dtype.kind == "f" and xs.ndim == 1 and bool((xs != 0).all() and (ys != 0).all())
+    if values is None:
+        values = _values(xs, ys)
     ctype = _complex_of(xs.dtype) if values else np.dtype(np.complex128)
     xv_buf, yv_buf, cx = bufs.encoded(ctype)
     xv, yv = xv_buf[:nx], yv_buf[:ny]
@@ -411,9 +429,12 @@ def _merge_encoded(
     else:  # entry k of the block's x is 1 + k, entry l of its y is i (1 + l); 0: not stored
         xv.real = np.arange(1, nx + 1)
         yv.imag = np.arange(1, ny + 1)
+    # (complex64 codes are merged as the unsigned integers of their bits: each code has one
+    # half zero, so the sum of two is the pair, and SciPy's integer merge is faster)
+    whole = np.uint64 if ctype == np.complex64 else ctype
     m = csr_plus_csr(
-        x.indptr.size - 1, x.ncols, x.indptr, x.indices, xv, y.indptr, y.indices, yv, indptr,
-        indices, cx,
+        x.indptr.size - 1, x.ncols, x.indptr, x.indices, xv.view(whole), y.indptr, y.indices,
+        yv.view(whole), indptr, indices, cx.view(whole),
     )  # fmt: skip
     out = data[:m]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -477,10 +498,11 @@ def merge(x: Csr, y: Csr, dtype: np.dtype) -> Csr:
             claimed[1] -= 1
             return claimed[1]
 
-    def run(front: bool) -> dict[int, int]:
+    def run(front: bool) -> tuple[dict[int, int], list[tuple[np.ndarray, np.ndarray]]]:
         """Merge the blocks claimed from the front (each one after the one before: no gap)
         or from the back (block b from offset before[b], where it would start if no position
-        were stored in both); returns the number of entries of each block merged."""
+        were stored in both); returns the number of entries of each block merged, and the
+        rows to divide again (`_merge_block`)."""
         rows = max(bounds[b + 1] - bounds[b] for b in range(blocks))
         span = max(before[b + 1] - before[b] for b in range(blocks))
         bufs = _Buffers(span, rows, index, floats)
@@ -493,16 +515,19 @@ def merge(x: Csr, y: Csr, dtype: np.dtype) -> Csr:
             np.add(bufs.indptr[1 : r1 - r0 + 1], np.int64(offset), out=indptr[r0 + 1 : r1 + 1])
             merged[b] = m
             nnz = offset + m
-        if bufs.again:
-            _divide_again(x, y, bufs.again, data)
-        return merged
+        return merged, bufs.again
 
     helper = helper_thread() if blocks >= 2 and maxnnz >= HELPER_MIN_ENTRIES else None
     job = helper.try_submit(run, False) if helper is not None else None
     try:
-        merged = run(True) if blocks else {}
+        merged, again = run(True) if blocks else ({}, [])
     finally:
-        from_back = job.result() if job is not None else {}
+        from_back, again_back = job.result() if job is not None else ({}, [])
+    if again or again_back:
+        # once, on this thread, before the helper's blocks move: the two threads finish
+        # their blocks together, and dividing their rows again at once would make them wait
+        # for each other's GIL
+        _divide_again(x, y, again + again_back, data)
     nnz = sum(merged.values())
     # the helper's blocks move down to follow this thread's
     for b in sorted(from_back):
