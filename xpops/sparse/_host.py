@@ -276,9 +276,10 @@ def _float_buffers(dtype: np.dtype, span: int) -> tuple[np.ndarray, np.ndarray]:
 
 class _Buffers:
     """One thread's buffers for the blocks it merges, allocated on first use and reused: the
-    encoded values of x and y in each complex dtype (`_encoding_buffers`), the block's sum
-    and row pointers, and the operands' values padded with a leading zero (the positions
-    encoding's gathers)."""
+    float encoding's codes (`_float_buffers`), the encoded values of x and y in each complex
+    dtype (`_encoding_buffers`), the block's sum and row pointers, and the operands' values
+    padded with a leading zero (the positions encoding's gathers); with the thread's choice
+    of encoding and the rows it leaves to divide again."""
 
     def __init__(self, span: int, rows: int, index: np.dtype, floats: bool) -> None:
         self.span = span
@@ -393,7 +394,7 @@ def _divide_again(
 
 
 def _rows(a: Csr, rows: np.ndarray) -> Csr:
-    """The rows `rows` (increasing) of `a`, as a `Csr` of their own."""
+    """The rows `rows` of `a` (each once), as a `Csr` of their own."""
     starts = a.indptr[rows]
     counts = a.indptr[rows + 1] - starts
     indptr = np.zeros(rows.size + 1, dtype=a.indptr.dtype)
