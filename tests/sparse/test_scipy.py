@@ -2,6 +2,7 @@
 rows divided again, operands of one pattern, the fallback of SciPy's compiled CSR addition,
 operands converted on two threads, and N-D COO operands."""
 
+import itertools
 import re
 
 import numpy as np
@@ -217,6 +218,27 @@ def _index_of(a):
     if a.format in ("csr", "csc"):
         return (a.indices, a.indptr)
     return tuple(a.coords) if hasattr(a, "coords") else (a.row, a.col)
+
+
+@pytest.mark.parametrize("probe", [0, 50])
+@pytest.mark.parametrize("counts", [[], [0, 0], [5] * 300, [0, 900, 3, 0, 7, 400, 1]])
+def test_row_blocks(counts, probe):
+    """Row blocks cover every row once, in order, with about `entries` entries each (a long
+    row crossing a cut adds to its block); with a probe the first and the last block hold
+    about that many."""
+    from xpops.sparse._host import _row_blocks
+
+    before = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    bounds = _row_blocks(before, 200, probe)
+    assert bounds[0] == 0
+    assert bounds[-1] == len(counts)
+    assert (np.diff(bounds) > 0).all()
+    sizes = np.diff(before[bounds])
+    big = np.array([max(counts[a:b], default=0) for a, b in itertools.pairwise(bounds)])
+    assert (sizes <= 200 + big).all()
+    if probe and before[-1] > 4 * probe:
+        assert sizes[0] <= probe + big[0]
+        assert sizes[-1] <= probe + big[-1]
 
 
 def test_nearly_same_pattern(scipy_only, monkeypatch):

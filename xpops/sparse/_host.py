@@ -90,6 +90,7 @@ FLOAT_DTYPES = tuple(FLOAT_BITS)
 # A block merged by the float encoding with more positions stored on both sides than this
 # share of its rows is merged again by the complex encodings, and so are the thread's further
 # blocks (operands of nearly the same pattern): dividing those rows again would cost more.
+# The first block of each thread is a sixteenth of the others, so that little is merged twice.
 OVERLAP_SHARE = 0.25
 # The frames of N-D operands (`Frame`): their leading dimensions make the rows unless there
 # would be more than NATURAL_ROWS_PER_ENTRY rows a stored entry; then the keys are folded into
@@ -218,13 +219,18 @@ def _complex_of(dtype: np.dtype) -> np.dtype:
     return np.result_type(dtype, np.complex64)
 
 
-def _row_blocks(before: np.ndarray, entries: int) -> np.ndarray:
-    """Row boundaries of blocks of about equal numbers of entries, at most `entries` each,
-    given the entries `before` each row (int64, one more than the rows)."""
+def _row_blocks(before: np.ndarray, entries: int, probe: int = 0) -> np.ndarray:
+    """Row boundaries of blocks of about equal numbers of entries, about `entries` each (a
+    long row that crosses a cut adds to its block), given the entries `before` each row
+    (int64, one more than the rows); with `probe`, the first and the last block are cut
+    after (before) about `probe` entries."""
     nrows = before.size - 1
     total = int(before[-1])
     blocks = -(-total // entries)
-    starts = np.searchsorted(before, np.arange(blocks) * total // max(blocks, 1), side="right")
+    at = np.arange(blocks) * total // max(blocks, 1)
+    if probe and total > 4 * probe:
+        at = np.concatenate([at, [probe, total - probe]])
+    starts = np.searchsorted(before, at, side="right")
     return np.unique(np.concatenate([starts - 1, [0, nrows]]).clip(0, nrows))
 
 
@@ -481,7 +487,10 @@ def merge(x: Csr, y: Csr, dtype: np.dtype) -> Csr:
     # the entries of each row in x and y together (the float encoding's rows with fewer hold
     # positions stored on both sides)
     apart = np.diff(ahead) if floats else None
-    bounds = _row_blocks(ahead, FLOAT_BLOCK_ENTRIES if floats else BLOCK_ENTRIES).tolist()
+    if floats:  # each thread's first block is small: it tells the encoding of the others
+        bounds = _row_blocks(ahead, FLOAT_BLOCK_ENTRIES, FLOAT_BLOCK_ENTRIES // 16).tolist()
+    else:
+        bounds = _row_blocks(ahead, BLOCK_ENTRIES).tolist()
     before = [int(ahead[r]) for r in bounds]  # entries before block b
     blocks = len(bounds) - 1
     # blocks are claimed one at a time, by this thread from the front and by the helper from
