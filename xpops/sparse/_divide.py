@@ -128,7 +128,8 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
 
     Backend support: SciPy, pydata and PyTorch's CPU tensors are merged by SciPy's compiled
     CSR addition on encoded values, in blocks of rows, on two threads (a CSC operand column
-    by column; an N-D one on its row-major keys folded into two dimensions). cupyx's
+    by column; an N-D one on its row-major keys folded into two dimensions; two SciPy
+    operands that both need converting, such as COO, converted on the two threads). cupyx's
     operands and PyTorch's CUDA tensors (by DLPack, on PyTorch's current stream) go to CUDA
     kernels in two passes over tiles of `x`: binary searches in `y`'s staged rows, then a
     streaming write of each tile's stretch of the result; one host synchronisation to size

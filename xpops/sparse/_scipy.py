@@ -8,9 +8,13 @@ into two dimensions (`_host.Frame`). BSR, DOK, LIL and DIA operands are converte
 (SciPy's conversion does), and an `x` of those formats gives a CSR result. A `y` of another
 format is converted to x's layout the same way.
 
-The merge is SciPy's own CSR addition on encoded values (`_host`): on one thread it costs
-more than SciPy's ``x + y`` (the same merge on plain values, without the encoding and the
-division), and with the helper thread of a second core about as much.
+When both operands need a conversion (a COO operand, CSR rows out of order or with
+duplicates, a format other than x's layout), y is converted on the helper thread while this
+one converts x: SciPy's conversions (``coo_tocsr``, the sort of each row's indices) release
+the GIL, and they cost several times the merge. The merge is SciPy's own CSR addition on
+encoded values (`_host`): on one thread it costs more than SciPy's ``x + y`` (the same merge
+on plain values, without the encoding and the division), and less with the helper thread of
+a second free core.
 """
 
 from typing import Any
@@ -18,8 +22,18 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from .._lib._threads import helper_thread
 from ._common import check_positions, quotient_dtype
-from ._host import Csr, Frame, canonical_keys, index_dtype, merge, ravel, rows_of
+from ._host import (
+    HELPER_MIN_ENTRIES,
+    Csr,
+    Frame,
+    canonical_keys,
+    index_dtype,
+    merge,
+    ravel,
+    rows_of,
+)
 
 __all__ = ["divide", "divide_dense", "divide_scalar"]
 
@@ -74,6 +88,37 @@ def _operand(a: Any, layout: str, shape: tuple[int, ...], frame: Frame | None) -
         return Csr(c.indptr, c.indices, c.data, shape[0])
     c = _canonical(a, layout == COLUMNS)
     return Csr(c.indptr, c.indices, c.data, shape[0] if layout == COLUMNS else shape[1])
+
+
+def _converted(a: Any, layout: str) -> bool:
+    """Whether bringing `a` to a canonical `Csr` of `layout` takes a conversion (a sort, a sum
+    of duplicates or a change of format), not just its own arrays."""
+    if layout == KEYS:
+        return True
+    fmt = "csc" if layout == COLUMNS else "csr"
+    return not (a.format == fmt and a.has_canonical_format)
+
+
+def _operands(
+    x: Any, y: Any, layout: str, shape: tuple[int, ...], frame: Frame | None
+) -> tuple[Csr, Csr]:
+    """Both operands as canonical `Csr` arrays of `layout` (one for `x` divided by itself);
+    when both take a conversion, y's on the helper thread while this one converts x (SciPy's
+    conversions and NumPy's sorts release the GIL)."""
+    if y is x:
+        xc = _operand(x, layout, shape, frame)
+        return xc, xc
+    helper = None
+    if int(x.nnz) + int(y.nnz) >= HELPER_MIN_ENTRIES and _converted(x, layout):
+        helper = helper_thread() if _converted(y, layout) else None
+    job = helper.try_submit(_operand, y, layout, shape, frame) if helper is not None else None
+    if job is None:
+        return _operand(x, layout, shape, frame), _operand(y, layout, shape, frame)
+    try:
+        xc = _operand(x, layout, shape, frame)
+    finally:
+        yc = job.result()
+    return xc, yc
 
 
 def _index_arrays(a: Any) -> tuple[np.ndarray, ...]:
@@ -132,7 +177,7 @@ def divide(x: Any, y: Any) -> Any:
     shape = tuple(x.shape)
     layout = _layout(x)
     frame = _frame(layout, shape, int(x.nnz) + int(y.nnz))
-    xc, yc = _operand(x, layout, shape, frame), _operand(y, layout, shape, frame)
+    xc, yc = _operands(x, y, layout, shape, frame)
     out = merge(xc, yc, dtype)
     return _build(x, layout, frame, out, shape, _index_dtype((x, y), out.data.shape[0], shape))
 
