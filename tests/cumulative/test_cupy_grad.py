@@ -70,12 +70,14 @@ def test_grad_tiles_at_tile_boundaries(cupy_only, dtype, exclusive, reverse):
         assert (err <= rtol * scale + 1e-30).all(), (rows, L, float(np.max(err / (scale + 1e-300))))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
-def test_grad_tiles_special_values_across_tiles(cupy_only, exclusive, reverse):
+def test_grad_tiles_special_values_across_tiles(cupy_only, exclusive, reverse, dtype):
     """-inf, +inf and NaN inputs, cotangents of 0, NaN and both signs, and lanes of -inf over
-    three tiles (float64), against the brute-force double sum; NaN exactly where it is."""
+    three tiles, against the brute-force double sum; NaN exactly where it is."""
     cupy = cupy_only
-    tile = _engine().grad_tile_items("float64")
+    tile = _engine().grad_tile_items(dtype)
+    rtol = 2e-5 if dtype == "float32" else 1e-12
     rng = np.random.default_rng(6)
     L = 2 * tile + 37
     x = rng.normal(0, 3, (2, L))
@@ -86,13 +88,15 @@ def test_grad_tiles_special_values_across_tiles(cupy_only, exclusive, reverse):
     g = rng.normal(0, 1, (2, L))
     g[rng.random((2, L)) < 0.2] = 0.0
     g[0, 100] = np.nan
+    x, g = x.astype(dtype), g.astype(dtype)
     for row in range(2):
         got = _pullback(cupy, x[row : row + 1], g[row : row + 1], 1, exclusive, reverse,
                         "grad_tiles")[0]  # fmt: skip
-        want, scale = brute_force_vjp(x[row], g[row], 0, exclusive, reverse)
+        xr, gr = x[row].astype(np.float64), g[row].astype(np.float64)
+        want, scale = brute_force_vjp(xr, gr, 0, exclusive, reverse)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         ok = ~np.isnan(want)
-        assert (np.abs(got - want)[ok] <= 1e-12 * scale[ok] + 1e-300).all()
+        assert (np.abs(got - want)[ok] <= rtol * scale[ok] + 1e-30).all()
 
 
 def test_grad_tiles_large_magnitudes(cupy_only):
@@ -107,37 +111,36 @@ def test_grad_tiles_large_magnitudes(cupy_only):
         assert (np.abs(got - want) <= 1e-12 * scale + 1e-300).all()
 
 
-def test_kernel_choice(cupy_only):
-    """Long rows take grad_tiles, a strided axis of at least 32 columns grad_columns, few
-    columns and many short rows the two scans (the public call's result checked against the
-    host reference either way)."""
+def test_kernel_choice(cupy_only, monkeypatch):
+    """Long rows take grad_tiles, a strided axis of many columns grad_columns, few columns and
+    many short rows the two scans (the public call's result checked against the host reference
+    either way)."""
     cupy = cupy_only
     engine = _engine()
     calls = []
-    original = engine._grad_tiles_scan
+    for name in ("_grad_tiles_scan", "_grad_columns_scan"):
+        original = getattr(engine, name)
 
-    def spy(*args):
-        calls.append(args[0].shape)
-        return original(*args)
+        def spy(*args, _name=name, _original=original):
+            calls.append(_name)
+            return _original(*args)
 
+        monkeypatch.setattr(engine, name, spy)
     rng = np.random.default_rng(8)
-    engine._grad_tiles_scan = spy
-    try:
-        for shape, axis, tiles in [((5000,), 0, True), ((4, 3000), 1, True),
-                                   ((3000, 4), 0, False), ((20000, 8), 1, False),
-                                   ((300, 64), 0, False)]:  # fmt: skip
-            calls.clear()
-            x = rng.normal(0, 1, shape)
-            g = rng.normal(0, 1, shape)
-            _, pullback = xpops.vjp(xpops.logcumsumexp, cupy.asarray(x), axis=axis)
-            (got,) = pullback(cupy.asarray(g))
-            assert bool(calls) == tiles, shape
-            moved_x, moved_g = np.moveaxis(x, axis, -1), np.moveaxis(g, axis, -1)
-            want, scale = _covering_sums(moved_x, moved_g, False, False)
-            err = np.abs(np.moveaxis(got.get(), axis, -1) - want)
-            assert (err <= 1e-11 * scale).all()
-    finally:
-        engine._grad_tiles_scan = original
+    cases = [((5000,), 0, ["_grad_tiles_scan"]), ((4, 3000), 1, ["_grad_tiles_scan"]),
+             ((40, 4096), 0, ["_grad_columns_scan"]), ((3, 20, 2048), 1, ["_grad_columns_scan"]),
+             ((3000, 4), 0, []), ((300, 64), 0, []), ((20000, 8), 1, [])]  # fmt: skip
+    for shape, axis, kernels in cases:
+        calls.clear()
+        x = rng.normal(0, 1, shape)
+        g = rng.normal(0, 1, shape)
+        _, pullback = xpops.vjp(xpops.logcumsumexp, cupy.asarray(x), axis=axis)
+        (got,) = pullback(cupy.asarray(g))
+        assert calls == kernels, shape
+        moved_x, moved_g = np.moveaxis(x, axis, -1), np.moveaxis(g, axis, -1)
+        want, scale = _covering_sums(moved_x, moved_g, False, False)
+        err = np.abs(np.moveaxis(got.get(), axis, -1) - want)
+        assert (err <= 1e-11 * scale).all()
 
 
 @pytest.mark.slow

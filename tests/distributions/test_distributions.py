@@ -366,6 +366,8 @@ def test_exactly_one_matrix():
         ("scale_tril", [[1.0, 0.3], [0.5, 1.0]], "lower triangular"),
         ("scale_tril", [[1.0, 0.0], [0.5, -1.0]], "positive diagonal"),
         ("covariance_matrix", [[1.0, np.nan], [np.nan, 1.0]], "finite"),
+        ("covariance_matrix", [[np.inf, 0.0], [0.0, 1.0]], "finite"),
+        ("precision_matrix", [[1.0, -np.inf], [-np.inf, 1.0]], "finite"),
     ],
 )
 def test_constraint_errors(xp, param, matrix, message):

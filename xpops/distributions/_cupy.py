@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(MVN_GRAD_POINTS, MVN_GRAD_MIN_BLOCKS) xpops_mv
         dst[e] = -tile[r * PITCH + (e - r * D)];
     }
     // the block's partial sums, entry e at partial[e * gridDim.x + block]: PACK entries of
-    // g w u^T, D of g w, and the sum of g; a thread an entry (a warp an entry, its lanes
-    // splitting the points and a shuffle reduction, took four times as long)
+    // g w u^T, D of g w, and the sum of g; a thread an entry, its own sum over the block's
+    // points (no shuffles, no barrier)
     for (int e = threadIdx.x; e <= PACK + D; e += MVN_GRAD_POINTS) {
         T acc = T(0);
         if (e < PACK) {
@@ -464,6 +464,7 @@ def log_prob_grads(
     flat = cupy.ascontiguousarray(value.reshape(n, d))
     gs = cupy.ascontiguousarray(g.reshape(n))
     tril = cupy.ascontiguousarray(tril)
+    loc = cupy.ascontiguousarray(loc)  # the mean may be a broadcast (stride 0) or a view
     blocks = grid_1d(n, GRAD_POINTS)
     dtype = value.dtype
     g_value = cupy.empty((n, d), dtype=dtype)

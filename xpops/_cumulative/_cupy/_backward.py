@@ -16,10 +16,11 @@ channel. For the exclusive scan the same recurrence over its own outputs gives
   the value of ``S`` entering its tile from its predecessors by decoupled look-back (the
   look-back slots of `._device`, holding maps), and writes ``dx``: four passes over arrays of
   the size of ``x``, the least the rule's inputs and output allow.
-* ``grad_columns``: a strided axis with at least a warp of adjacent columns. A thread runs
-  the recurrence down a segment of its column twice: once for the segment's map (reading
-  ``y`` and ``g``), once, from the value the maps of the segments before it give, for the
-  cotangents: six passes, no look-back, every access of a warp one contiguous row.
+* ``grad_columns``: a strided axis with at least a warp of adjacent columns, and many columns
+  in all (GRAD_COLUMN_MIN_LANES). A thread runs the recurrence down a segment of its column
+  twice: once for the segment's map (reading ``y`` and ``g``), once, from the value the maps
+  of the segments before it give, for the cotangents: six passes, no look-back, every access
+  of a warp one contiguous row.
 * Every other shape (many short rows, few columns): the two log-space scans of the generic
   rule as one scan of a stacked array between two fused elementwise kernels (``terms`` and
   ``combine``), twelve passes.
@@ -39,6 +40,7 @@ from . import choose_kernel, logcumsumexp
 from ._device import CHUNKS, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
 
 __all__ = [
+    "GRAD_COLUMN_MIN_LANES",
     "GRAD_COLUMN_MIN_SEGMENT",
     "GRAD_COLUMN_THREADS",
     "GRAD_COLUMN_WAVES",
@@ -74,6 +76,11 @@ GRAD_PREFETCH_MIN_TILES = 64
 GRAD_COLUMN_THREADS = 256
 GRAD_COLUMN_MIN_SEGMENT = 16
 GRAD_COLUMN_WAVES = 4
+# Each thread of grad_columns folds the maps of the segments before its own, so the maps read
+# grow as columns x segments^2 / 2: fewer columns than this would take thousands of segments
+# to fill the GPU, and the two scans (whose columns kernel chains tiles by look-back) serve
+# them. At this many, four waves need at most 2 x SMs segments.
+GRAD_COLUMN_MIN_LANES = 4096
 
 _SOURCE = r"""
 // Maps S -> b + a S as Pair<T>{a, b} (the look-back slots' storage).
@@ -427,13 +434,16 @@ def _two_scans(
 
 def _choose(x: cupy.ndarray, axis: int) -> str:
     """grad_tiles where the forward scans by tiles, grad_columns for a strided axis of at least
-    a warp of adjacent columns, the two scans otherwise (many short rows, few columns)."""
+    a warp of adjacent columns and GRAD_COLUMN_MIN_LANES columns in all, the two scans
+    otherwise (many short rows, few columns)."""
     if x.dtype.name not in C_TYPES:
         return "two_scans"
     kind = choose_kernel(x.shape, axis)
     if kind == "tiles":
         return "grad_tiles"
-    if kind in ("columns", "column_blocks") and math.prod(x.shape[axis + 1 :]) >= 32:
+    inner = math.prod(x.shape[axis + 1 :])
+    lanes = math.prod(x.shape[:axis]) * inner
+    if inner >= 32 and lanes >= GRAD_COLUMN_MIN_LANES:
         return "grad_columns"
     return "two_scans"
 
