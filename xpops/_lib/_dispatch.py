@@ -94,7 +94,7 @@ class Engines:
         and the JAX binding's ``jax.custom_vjp``). Default: `generic`.
     """
 
-    __slots__ = ("_package", "_resolved", "_spec")
+    __slots__ = ("_own_torch", "_package", "_resolved", "_spec")
 
     def __init__(
         self,
@@ -116,6 +116,8 @@ class Engines:
             "jax": generic if jax is None else jax,
             "generic": generic,
         }
+        # a torch engine of the op's own (not the generic one): kept out of torch.compile's traces
+        self._own_torch = torch is not None and torch != OWN_ENGINES
         self._resolved: dict[str, Callable[..., Any]] = {}
 
     def __getitem__(self, kind: str) -> Callable[..., Any]:
@@ -127,6 +129,10 @@ class Engines:
                 from . import _torch  # imports neither PyTorch nor CuPy
 
                 engine = _torch.bridge(self)
+            elif kind == "torch" and self._own_torch:
+                from . import _torch
+
+                engine = _torch.opaque(self._load(spec))
             else:
                 engine = self._load(spec)
             self._resolved[kind] = engine

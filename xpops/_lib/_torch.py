@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _compat
 
-__all__ = ["bridge", "check_device", "engine_for", "fast_tensors", "on_device"]
+__all__ = ["bridge", "check_device", "engine_for", "fast_tensors", "on_device", "opaque"]
 
 # The dtypes every own engine takes, by NumPy's ``dtype.char``.
 _DTYPES = {"f": "float32", "d": "float64", "F": "complex64", "D": "complex128"}
@@ -41,12 +41,23 @@ def bridge(engines: Any) -> Callable[..., Any]:
     def engine(*args: Any, **kwargs: Any) -> Any:
         kind, index = engine_for((*args, *kwargs.values()))
         if kind == "numpy":
-            return _on_numpy(engines["numpy"], args, kwargs)
+            return opaque(_on_numpy)(engines["numpy"], args, kwargs)
         if kind == "cupy":
-            return _on_cupy(engines["cupy"], index, args, kwargs)
+            return opaque(_on_cupy)(engines["cupy"], index, args, kwargs)
         return engines["generic"](*args, **kwargs)
 
     return engine
+
+
+@functools.cache
+def opaque(run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run` kept out of ``torch.compile``'s traces (``torch.compiler.disable``; needs PyTorch
+    imported): TorchDynamo would trace the hand-over of the tensors to NumPy and CuPy, which
+    its fake tensors cannot make (they have no memory). The compiled program breaks its graph
+    there and runs the call as it is."""
+    compiler = getattr(sys.modules["torch"], "compiler", None)
+    disable = getattr(compiler, "disable", None)
+    return run if disable is None else disable(run)
 
 
 @functools.cache
@@ -131,8 +142,8 @@ def on_device(engines: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
     value arrays of a sparse tensor). NotImplementedError for any other device."""
     check_device(device)
     if device.type == "cpu":
-        return _on_numpy(engines["numpy"], args, kwargs)
-    return _on_cupy(engines["cupy"], device.index, args, kwargs)
+        return opaque(_on_numpy)(engines["numpy"], args, kwargs)
+    return opaque(_on_cupy)(engines["cupy"], device.index, args, kwargs)
 
 
 def check_device(device: Any) -> None:

@@ -1,0 +1,91 @@
+"""xpops under ``torch.compile`` (CPU tensors): TorchDynamo breaks its graph around xpops'
+engines (they hand tensors to NumPy and CuPy, which its fake tensors cannot do) and the
+compiled function gives the results and gradients of the eager one. The ``eager`` and
+``aot_eager`` backends need no C++ compiler."""
+
+import numpy as np
+import pytest
+
+import xpops
+from xpops.distributions import MultivariateNormal
+
+torch = pytest.importorskip("torch")
+
+# TorchDynamo warns about what it does not trace (cached functions, builtins): the graph
+# breaks these tests expect
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+BACKENDS = ["eager", "aot_eager"]
+
+
+def _compiled(fn, backend):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend=backend)
+
+
+def _grads(fn, args):
+    out = fn(*args)
+    return out.detach(), torch.autograd.grad(out, [a for a in args if a.requires_grad])
+
+
+def _assert_same(fn, args, backend):
+    want, want_grads = _grads(fn, args)
+    got, got_grads = _grads(_compiled(fn, backend), args)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_logcumsumexp(backend):
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.normal(0, 3, (5, 300))).requires_grad_()
+    w = torch.from_numpy(rng.normal(0, 1, 300))
+
+    def loss(x):
+        return (xpops.logcumsumexp(x, axis=1, reverse=True) * w).sum()
+
+    _assert_same(loss, (x,), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cholesky_solve(backend):
+    rng = np.random.default_rng(1)
+    low = np.tril(rng.normal(0, 0.3, (20, 40, 40))) + 3 * np.eye(40)
+    y = torch.from_numpy(low).requires_grad_()
+    x = torch.from_numpy(rng.normal(0, 1, (20, 40, 2))).requires_grad_()
+
+    def loss(x, y):
+        return xpops.linalg.cholesky_solve(x, y).square().sum()
+
+    _assert_same(loss, (x, y), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multivariate_normal_log_prob(backend):
+    rng = np.random.default_rng(2)
+    loc = torch.from_numpy(rng.normal(0, 1, 4)).requires_grad_()
+    scale = torch.from_numpy(np.tril(rng.normal(0, 0.3, (4, 4))) + np.eye(4)).requires_grad_()
+    value = torch.from_numpy(rng.normal(0, 1, (50, 4)))
+
+    def loss(loc, scale, value):
+        return MultivariateNormal(loc, scale_tril=scale).log_prob(value).sum()
+
+    _assert_same(loss, (loc, scale, value), backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sparse_divide_and_tril_indices(backend):
+    idx = torch.tensor([[0, 1, 3], [2, 0, 1]])
+    x = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), (4, 4))
+    y = torch.sparse_coo_tensor(idx, torch.tensor([4.0, -5.0, 6.0], dtype=torch.float64), (4, 4))
+
+    def quotient(a, b):
+        return xpops.sparse.divide(a.coalesce(), b.coalesce()).to_dense()
+
+    torch.testing.assert_close(_compiled(quotient, backend)(x, y), quotient(x, y))
+
+    def indices():
+        return xpops.tril_indices(50, 40, -3, xp=torch)
+
+    torch.testing.assert_close(_compiled(indices, backend)(), indices())
