@@ -89,3 +89,18 @@ def test_sparse_divide_and_tril_indices(backend):
         return xpops.tril_indices(50, 40, -3, xp=torch)
 
     torch.testing.assert_close(_compiled(indices, backend)(), indices())
+
+
+def test_no_dynamo_import_without_compile():
+    """Keeping engines out of traces does not load TorchDynamo (a second or two) for programs
+    that never compile."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, xpops\n"
+        "xpops.logcumsumexp(torch.ones(5, dtype=torch.float64))\n"
+        "xpops.linalg.cholesky_solve(torch.ones(2, 1), torch.eye(2))\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -132,7 +132,7 @@ class Engines:
             elif kind == "torch" and self._own_torch:
                 from . import _torch
 
-                engine = _torch.opaque(self._load(spec))
+                engine = _kept_out(_torch.opaque, self._load(spec))
             else:
                 engine = self._load(spec)
             self._resolved[kind] = engine
@@ -148,6 +148,16 @@ class Engines:
         module = importlib.import_module(module_name, self._package)
         engine: Callable[..., Any] = getattr(module, attribute)
         return engine
+
+
+def _kept_out(opaque: Callable[..., Any], run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run`, called through `opaque` (`._torch.opaque`) each time: kept out of torch.compile's
+    traces once TorchDynamo is loaded, whenever that happens."""
+
+    def engine(*args: Any, **kwargs: Any) -> Any:
+        return opaque(run)(*args, **kwargs)
+
+    return engine
 
 
 def dispatch(xp: Namespace, engines: Engines, /, *args: Any, **kwargs: Any) -> Any:

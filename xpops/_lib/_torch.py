@@ -49,15 +49,23 @@ def bridge(engines: Any) -> Callable[..., Any]:
     return engine
 
 
-@functools.cache
 def opaque(run: Callable[..., Any]) -> Callable[..., Any]:
-    """`run` kept out of ``torch.compile``'s traces (``torch.compiler.disable``; needs PyTorch
-    imported): TorchDynamo would trace the hand-over of the tensors to NumPy and CuPy, which
-    its fake tensors cannot make (they have no memory). The compiled program breaks its graph
-    there and runs the call as it is."""
-    compiler = getattr(sys.modules["torch"], "compiler", None)
-    disable = getattr(compiler, "disable", None)
-    return run if disable is None else disable(run)
+    """`run` kept out of ``torch.compile``'s traces (``torch.compiler.disable``) once TorchDynamo
+    is loaded (``torch.compile`` loads it; importing it here would cost a second or two):
+    TorchDynamo would trace the hand-over of the tensors to NumPy and CuPy, which its fake
+    tensors cannot make (they have no memory). The compiled program breaks its graph there
+    and runs the call as it is."""
+    kept = _OPAQUE.get(run)
+    if kept is not None:
+        return kept
+    if "torch._dynamo" not in sys.modules:  # nothing is compiled: `run` as it is, not kept
+        return run
+    disable = getattr(getattr(sys.modules["torch"], "compiler", None), "disable", None)
+    kept = _OPAQUE[run] = run if disable is None else disable(run)
+    return kept
+
+
+_OPAQUE: dict[Callable[..., Any], Callable[..., Any]] = {}
 
 
 @functools.cache
