@@ -226,8 +226,8 @@ def backward(
     return (xp.reshape(dx, tuple(x.shape)),)
 
 
-# The real pull-back's engines: fused kernels around one scan on CuPy (and PyTorch's CUDA
-# tensors), a linear recurrence on JAX arrays, the generic operations elsewhere.
+# The real pull-back's engines: CUDA kernels on CuPy (and PyTorch's CUDA tensors; see
+# `._cupy._backward`), a linear recurrence on JAX arrays, the generic operations elsewhere.
 _PULLBACK = Engines(
     __package__,
     numpy=_real_pullback,
