@@ -1,6 +1,7 @@
-"""xpops under ``torch.compile`` (CPU tensors): TorchDynamo breaks its graph around xpops'
-engines (they hand tensors to NumPy and CuPy, which its fake tensors cannot do) and the
-compiled function gives the results and gradients of the eager one. The ``eager`` and
+"""xpops under ``torch.compile`` (CPU tensors, and CUDA tensors where PyTorch sees a GPU):
+TorchDynamo breaks its graph around xpops' engines (they hand tensors to NumPy and CuPy, which
+its fake tensors cannot do) and the compiled function gives the results and gradients of the
+eager one. The ``eager`` and
 ``aot_eager`` backends need no C++ compiler."""
 
 import numpy as np
@@ -12,10 +13,22 @@ from xpops.distributions import MultivariateNormal
 torch = pytest.importorskip("torch")
 
 # TorchDynamo warns about what it does not trace (cached functions, builtins): the graph
-# breaks these tests expect
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+# breaks these tests expect. Some PyTorch releases also raise DeprecationWarnings of their own
+# code while compiling (TorchScript modules imported by the compiler, an autograd Function
+# instantiated by TorchDynamo's tracing of ``apply``), which the suite's "error" filter would
+# turn into failures of PyTorch's tracer.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 BACKENDS = ["eager", "aot_eager"]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
 
 
 def _compiled(fn, backend):
@@ -36,11 +49,12 @@ def _assert_same(fn, args, backend):
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_logcumsumexp(backend):
+def test_logcumsumexp(backend, device):
     rng = np.random.default_rng(0)
-    x = torch.from_numpy(rng.normal(0, 3, (5, 300))).requires_grad_()
-    w = torch.from_numpy(rng.normal(0, 1, 300))
+    x = torch.from_numpy(rng.normal(0, 3, (5, 300))).to(device).requires_grad_()
+    w = torch.from_numpy(rng.normal(0, 1, 300)).to(device)
 
     def loss(x):
         return (xpops.logcumsumexp(x, axis=1, reverse=True) * w).sum()
@@ -48,12 +62,13 @@ def test_logcumsumexp(backend):
     _assert_same(loss, (x,), backend)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_cholesky_solve(backend):
+def test_cholesky_solve(backend, device):
     rng = np.random.default_rng(1)
     low = np.tril(rng.normal(0, 0.3, (20, 40, 40))) + 3 * np.eye(40)
-    y = torch.from_numpy(low).requires_grad_()
-    x = torch.from_numpy(rng.normal(0, 1, (20, 40, 2))).requires_grad_()
+    y = torch.from_numpy(low).to(device).requires_grad_()
+    x = torch.from_numpy(rng.normal(0, 1, (20, 40, 2))).to(device).requires_grad_()
 
     def loss(x, y):
         return xpops.linalg.cholesky_solve(x, y).square().sum()
@@ -61,12 +76,14 @@ def test_cholesky_solve(backend):
     _assert_same(loss, (x, y), backend)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_multivariate_normal_log_prob(backend):
+def test_multivariate_normal_log_prob(backend, device):
     rng = np.random.default_rng(2)
-    loc = torch.from_numpy(rng.normal(0, 1, 4)).requires_grad_()
-    scale = torch.from_numpy(np.tril(rng.normal(0, 0.3, (4, 4))) + np.eye(4)).requires_grad_()
-    value = torch.from_numpy(rng.normal(0, 1, (50, 4)))
+    loc = torch.from_numpy(rng.normal(0, 1, 4)).to(device).requires_grad_()
+    scale = np.tril(rng.normal(0, 0.3, (4, 4))) + np.eye(4)
+    scale = torch.from_numpy(scale).to(device).requires_grad_()
+    value = torch.from_numpy(rng.normal(0, 1, (50, 4))).to(device)
 
     def loss(loc, scale, value):
         return MultivariateNormal(loc, scale_tril=scale).log_prob(value).sum()
@@ -74,11 +91,13 @@ def test_multivariate_normal_log_prob(backend):
     _assert_same(loss, (loc, scale, value), backend)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_sparse_divide_and_tril_indices(backend):
+def test_sparse_divide_and_tril_indices(backend, device):
     idx = torch.tensor([[0, 1, 3], [2, 0, 1]])
-    x = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64), (4, 4))
-    y = torch.sparse_coo_tensor(idx, torch.tensor([4.0, -5.0, 6.0], dtype=torch.float64), (4, 4))
+    f64 = {"dtype": torch.float64, "device": device}
+    x = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0, 3.0], **f64), (4, 4), device=device)
+    y = torch.sparse_coo_tensor(idx, torch.tensor([4.0, -5.0, 6.0], **f64), (4, 4), device=device)
 
     def quotient(a, b):
         return xpops.sparse.divide(a.coalesce(), b.coalesce()).to_dense()
@@ -86,7 +105,7 @@ def test_sparse_divide_and_tril_indices(backend):
     torch.testing.assert_close(_compiled(quotient, backend)(x, y), quotient(x, y))
 
     def indices():
-        return xpops.tril_indices(50, 40, -3, xp=torch)
+        return xpops.tril_indices(50, 40, -3, xp=torch, device=device)
 
     torch.testing.assert_close(_compiled(indices, backend)(), indices())
 

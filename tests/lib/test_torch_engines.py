@@ -9,6 +9,7 @@ that is turned off, except in the tests of that path at the end of the CPU secti
 
 import sys
 import types
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -353,7 +354,10 @@ def test_torch_fast_arrays():
 class _FakeArray(np.ndarray):
     """A stand-in CuPy array: a NumPy array whose DLPack export takes a stream."""
 
+    exported_on: ClassVar[list] = []  # the streams the result's capsules were asked for
+
     def __dlpack__(self, *, stream=None, **kwargs):
+        _FakeArray.exported_on.append(stream)
         return np.asarray(self).__dlpack__()
 
 
@@ -394,9 +398,11 @@ def fake_cupy(monkeypatch):
 
     Stream.null = Stream(0)
 
-    def from_dlpack(tensor):
+    def from_dlpack(obj):  # as CuPy's: the capsule asked for on its current stream
         assert state["stream"] is not None
-        return torch.from_dlpack(tensor).numpy().view(_FakeArray)
+        assert obj.__dlpack_device__()[0] == 2  # kDLCUDA
+        capsule = obj.__dlpack__(stream=state["stream"] or 1)
+        return torch.utils.dlpack.from_dlpack(capsule).numpy().view(_FakeArray)
 
     cuda = types.SimpleNamespace(Device=Device, Stream=Stream)
     fake = types.SimpleNamespace(cuda=cuda, from_dlpack=from_dlpack, ndarray=_FakeArray)
@@ -418,12 +424,14 @@ def test_cupy_plumbing(fake_cupy, monkeypatch, ptr):
 
     x = torch.arange(6.0).reshape(2, 3)
     y = torch.ones(3, requires_grad=True)  # detached for the export
+    monkeypatch.setattr(_FakeArray, "exported_on", [])
     for _ in range(2):
         out, seven = _torch._on_cupy(engine, 3, (x.T, 2), {"y": y[None].expand(3, 3)[:, :2]})
         assert type(out) is torch.Tensor
         assert seven == 7
         assert torch.equal(out, x.T * 2 + 1)
     assert seen == [(3, ptr), (3, ptr)]  # the tensors' device, PyTorch's stream
+    assert _FakeArray.exported_on == [ptr or 1] * 2  # results exported on it (1: legacy)
     assert fake_cupy["device"] is None  # both restored
     assert fake_cupy["stream"] is None
     assert len(_torch._STREAMS) == (ptr != 0)  # a stream object made once, the null one never
