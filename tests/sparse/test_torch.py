@@ -220,6 +220,25 @@ def test_coo_union(device, shape, sdim, coalesced):
     run(x, y, shape, "float64", "float64", make, make)
 
 
+@pytest.mark.parametrize(("shape", "sdim", "n"), [
+    ((4, 300), 2, 700),  # rows longer than a warp
+    ((3000, 5), 2, 40),  # mostly empty rows
+    ((6, 50, 40), 2, 900),  # hybrid, long rows
+    ((200, 300, 100), 3, 40),  # too many rows for row pointers: a folded frame
+])  # fmt: skip
+def test_coo_row_lengths(device, shape, sdim, n):
+    """The result's coordinates from its row pointers, for rows of every length."""
+    rng = np.random.default_rng(sum(shape) + n)
+    sshape, block = shape[:sdim], shape[sdim:]
+    x = random_sparse(rng, sshape, n, block)
+    y = random_sparse(rng, sshape, n, block)
+
+    def make(e, d):
+        return coo(e, shape, d, device)
+
+    run(x, y, shape, "float64", "float64", make, make)
+
+
 def test_coo_zero_dimensional(device):
     x = torch.tensor(3.0).to_sparse().to(device)
     y = torch.tensor(-2.0).to_sparse().to(device)

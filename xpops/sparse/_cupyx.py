@@ -30,7 +30,7 @@ from ._cupyx_fill import fill_kernels
 from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS
 from ._cupyx_match import match_kernels
 
-__all__ = ["divide", "divide_csr", "divide_dense", "divide_scalar"]
+__all__ = ["coo_indices", "divide", "divide_coo", "divide_csr", "divide_dense", "divide_scalar"]
 
 SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
 BLOCKS_PER_SM = 32  # grid-stride kernels: enough resident blocks to fill the device
@@ -330,3 +330,48 @@ def divide_csr(
     if block:  # every block is stored whole: its first column tells its entry
         return indptr // size, indices[::size] // size, data.reshape(-1, *block)
     return indptr, indices, data
+
+
+def _csr_of_coo(coords: Any, rows: int, index: Any) -> tuple[Any, Any]:
+    """(indptr, indices) of `index` dtype of sorted unique 2-D COO coordinates `coords`
+    ((2, n) int64): one kernel."""
+    coords = cupy.ascontiguousarray(coords)
+    n = int(coords.shape[1])
+    if n == 0:
+        return cupy.zeros(rows + 1, dtype=index), cupy.empty(0, dtype=index)
+    indptr, indices = cupy.empty(rows + 1, dtype=index), cupy.empty(n, dtype=index)
+    kernel = match_kernels(np.dtype(index).name)["csr_of_coo"]
+    blocks = grid_1d(n, THREADS, BLOCKS_PER_SM * multiprocessors())
+    kernel((blocks,), (THREADS,), (coords, np.int64(n), np.int64(rows), indptr, indices))
+    return indptr, indices
+
+
+def divide_coo(
+    xc: Any, xv: Any, yc: Any, yv: Any, shape: tuple[int, int], dtype: Any
+) -> tuple[Any, Any]:
+    """(coordinates, values) of x / y for two coalesced COO operands of 2-D sparse `shape`
+    (coordinates ``xc``, ``yc``: (2, n) int64, rows then columns; values of the result's
+    `dtype`, one or a block of them an entry): `divide_csr` between `csr_of_coo` and
+    `coo_indices`, PyTorch's 2-D COO tensors in one hand-over."""
+    rows, ncols = shape
+    size = math.prod(xv.shape[1:])
+    fits = max(int(xc.shape[1]) + int(yc.shape[1]), ncols * max(size, 1), rows + 1) <= INT32_MAX
+    index = np.int32 if fits else np.int64
+    (xptr, xidx), (yptr, yidx) = _csr_of_coo(xc, rows, index), _csr_of_coo(yc, rows, index)
+    indptr, indices, data = divide_csr(xptr, xidx, xv, yptr, yidx, yv, ncols, dtype)
+    return coo_indices(indptr, indices), data
+
+
+def coo_indices(indptr: Any, indices: Any) -> Any:
+    """The (2, nnz) int64 coordinates (row, column) of CSR arrays `indptr`, `indices` (a
+    PyTorch COO tensor's indices): one kernel, a warp a row."""
+    indptr, indices = map(cupy.ascontiguousarray, (indptr, indices))
+    if indptr.dtype != indices.dtype:
+        indptr, indices = (a.astype(np.int64, copy=False) for a in (indptr, indices))
+    rows, n = int(indptr.size) - 1, int(indices.size)
+    out = cupy.empty((2, n), dtype=np.int64)
+    if n:
+        kernel = match_kernels(indices.dtype.name)["coo_indices"]
+        blocks = grid_1d(32 * rows, THREADS, BLOCKS_PER_SM * multiprocessors())
+        kernel((blocks,), (THREADS,), (indptr, indices, np.int64(rows), np.int64(n), out))
+    return out

@@ -60,6 +60,8 @@ __all__ = [
     "Csr",
     "Frame",
     "canonical_keys",
+    "coo_indices",
+    "divide_coo",
     "divide_csr",
     "index_dtype",
     "merge",
@@ -569,3 +571,30 @@ def divide_csr(
     xptr, xidx, xv, yptr, yidx, yv = map(np.ascontiguousarray, (xptr, xidx, xv, yptr, yidx, yv))
     out = merge(Csr(xptr, xidx, xv, ncols), Csr(yptr, yidx, yv, ncols), np.dtype(dtype))
     return out.indptr, out.indices, out.data
+
+
+def coo_indices(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """The (2, nnz) int64 coordinates (row, column) of CSR arrays `indptr`, `indices` (a
+    PyTorch COO tensor's indices)."""
+    n = int(indices.shape[0])
+    out = np.empty((2, n), dtype=np.int64)
+    out[0] = rows_of(np.asarray(indptr), n)
+    out[1] = indices
+    return out
+
+
+def divide_coo(
+    xc: np.ndarray,
+    xv: np.ndarray,
+    yc: np.ndarray,
+    yv: np.ndarray,
+    shape: tuple[int, int],
+    dtype: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(coordinates, values) of x / y for two coalesced COO operands of 2-D sparse `shape`
+    (coordinates ``xc``, ``yc``: (2, n) int64, rows then columns): `divide_csr` on their row
+    pointers, then `coo_indices`, PyTorch's 2-D COO tensors in one hand-over."""
+    bounds = np.arange(shape[0] + 1)
+    xptr, yptr = np.searchsorted(xc[0], bounds), np.searchsorted(yc[0], bounds)
+    indptr, indices, data = divide_csr(xptr, xc[1], xv, yptr, yc[1], yv, shape[1], dtype)
+    return coo_indices(indptr, indices), data

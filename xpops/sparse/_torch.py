@@ -10,7 +10,10 @@ FOLD_ROW_ENTRIES entries, as in `_host.Frame`. The union is then merged by the o
 engine for CPU tensors (`_host.divide_csr`) and by its CuPy kernels for CUDA tensors
 (`_cupyx.divide_csr`), on views of the tensors' memory through DLPack, on PyTorch's current
 stream (`_lib._torch.on_device`).
-The result comes back the same way and is put in x's layout.
+The result comes back the same way and is put in x's layout. Two COO tensors of two sparse
+dimensions in a natural frame (the common case: matrices) are handed over whole instead: the
+engine makes their row pointers, the union and the result's coordinates in one call
+(`_host.divide_coo`, `_cupyx.divide_coo`: one kernel each side of the union on CUDA).
 
 Values are divided in float32 for float16 and bfloat16 tensors (and complex64 for
 complex32), then rounded once to the result's dtype, as PyTorch's own kernels compute; the
@@ -39,11 +42,28 @@ def _no_engine(*args: Any) -> Any:  # pragma: no cover - only the NumPy and CuPy
     raise NotImplementedError(msg)
 
 
-# The array engines of the union, on the tensors' memory (`_lib._torch.on_device`).
+# The array engines of the union, and of the COO coordinates of its CSR arrays, on the
+# tensors' memory (`_lib._torch.on_device`).
 _ARRAY_ENGINES = Engines(
     __package__,
     numpy="._host:divide_csr",
     cupy="._cupyx:divide_csr",
+    dask=_no_engine,
+    generic=_no_engine,
+)
+_COO_ENGINES = Engines(
+    __package__,
+    numpy="._host:coo_indices",
+    cupy="._cupyx:coo_indices",
+    dask=_no_engine,
+    generic=_no_engine,
+)
+# Two COO operands of two sparse dimensions (matrices, hybrid ones included) in a natural
+# frame: row pointers, union and coordinates in one hand-over.
+_COO_2D_ENGINES = Engines(
+    __package__,
+    numpy="._host:divide_coo",
+    cupy="._cupyx:divide_coo",
     dask=_no_engine,
     generic=_no_engine,
 )
@@ -121,13 +141,15 @@ class _Frame:
     def coords(self, indptr: Any, indices: Any) -> Any:
         """The sparse coordinates of CSR arrays of this frame."""
         torch = _torch()
-        major = layout.csr_major(indptr.to(torch.int64), indices.shape[0])
         if not self.shape:
-            return major.new_zeros((0, indices.shape[0]))
+            return indices.new_zeros((0, indices.shape[0]), dtype=torch.int64)
+        # (row, column) of each entry in the frame, by the op's engine on the arrays' device
+        frame = _bridge.on_device(_COO_ENGINES, indices.device, indptr, indices)
+        if self.natural and len(self.shape) == 2:
+            return frame
         if self.natural:
-            lead = layout.unravel(major, self.shape[:-1])
-            return torch.cat([lead, indices.to(torch.int64)[None]])
-        return layout.unravel(major * self.ncols + indices, self.shape)
+            return torch.cat([layout.unravel(frame[0], self.shape[:-1]), frame[1:]])
+        return layout.unravel(frame[0] * self.ncols + frame[1], self.shape)
 
 
 # ---- the division of two sparse tensors -----------------------------------------------------
@@ -194,11 +216,32 @@ def _csr_result(x: Any, indptr: Any, indices: Any, values: Any, dtype: Any) -> A
     return layout.csr_tensor(indptr.to(index), indices.to(index), values.to(dtype), tuple(x.shape))
 
 
+def _coo_2d(x: Any, y: Any, dtype: Any) -> Any:
+    """x / y of two COO tensors of two sparse dimensions whose rows can have row pointers (a
+    natural frame): one engine call; None for other operands."""
+    torch = _torch()
+    if not x.layout == y.layout == torch.sparse_coo:
+        return None
+    shape = layout.sparse_shape(x)
+    if len(shape) != 2 or not _Frame(shape, x._nnz() + y._nnz(), False).natural:
+        return None
+    cx, cy = layout.coalesced(x), layout.coalesced(y)
+    compute = _compute_dtype(dtype)
+    xv, yv = cx.values().to(compute), cy.values().to(compute)
+    coords, values = _bridge.on_device(
+        _COO_2D_ENGINES, x.device, cx.indices(), xv, cy.indices(), yv, shape, _numpy_name(compute)
+    )
+    return _coo(coords, values.to(dtype), x)
+
+
 def divide(x: Any, y: Any) -> Any:
     """x / y of two PyTorch sparse tensors of one shape and dense dimensions; validated."""
     torch = _torch()
     _bridge.check_device(x.device)  # before any work
     dtype = result_dtype(x.dtype, y.dtype)
+    out = _coo_2d(x, y, dtype)
+    if out is not None:
+        return out
     frame, indptr, indices, values = _union(x, y, _compute_dtype(dtype))
     if x.layout == torch.sparse_csr:  # the frame, if any, is x's stacked CSR frame
         return _csr_result(x, indptr, indices, values, dtype)

@@ -89,6 +89,8 @@ def coalesced(a: Any) -> Any:
 def ravel(coords: Any, shape: tuple[int, ...]) -> Any:
     """Row-major linear indices (int64) of `coords` (one row an axis) in `shape`."""
     torch = _torch()
+    if len(shape) == 1:  # the coordinates themselves
+        return coords[0].to(torch.int64)
     keys = torch.zeros(coords.shape[1], dtype=torch.int64, device=coords.device)
     for axis, n in enumerate(shape):
         keys = keys * n + coords[axis]
