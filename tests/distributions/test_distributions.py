@@ -377,6 +377,43 @@ def test_constraint_errors(xp, param, matrix, message):
     assert "(2, 2)" in str(info.value)
 
 
+_GOOD_TRIL = np.array([[1.5, 0.0], [0.3, 0.7]])
+
+
+def _tril_with(i, j, v, batch=()):
+    m = np.broadcast_to(_GOOD_TRIL, (*batch, 2, 2)).copy()
+    m[(*(b - 1 for b in batch), i, j)] = v  # in the last matrix of the batch
+    return m
+
+
+@pytest.mark.parametrize(
+    ("loc", "tril", "message"),
+    [  # the first failed check is reported: the mean, finite, triangular, diagonal
+        ([0.0, np.inf], _tril_with(0, 1, 2.0), "`loc` must be finite"),
+        ([0.0, 0.0], _tril_with(0, 1, np.nan), "`scale_tril` must be finite"),
+        ([0.0, 0.0], _tril_with(1, 1, -np.inf), "`scale_tril` must be finite"),
+        ([0.0, 0.0], _tril_with(1, 1, 0.0), "positive diagonal"),
+        ([0.0, 0.0], _tril_with(0, 1, -0.0), None),  # a signed zero above it is zero
+        (np.zeros((3, 2)), _tril_with(0, 1, 1e-30, (4, 1)), "lower triangular"),
+        ([[0.0, 0.0], [np.nan, 0.0]], _GOOD_TRIL, "`loc` must be finite"),
+        (np.zeros((0, 2)), _tril_with(1, 0, np.nan), "`scale_tril` must be finite"),
+        (np.zeros((0, 2)), _tril_with(0, 0, -1.0), "positive diagonal"),
+        (np.zeros(2), np.zeros((0, 2, 2)), None),
+        (np.full(2, np.nan), np.zeros((0, 2, 2)), "`loc` must be finite"),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_scale_tril_checks(xp, loc, tril, message, dtype):
+    """Every check of a `scale_tril` distribution, in order, batched and broadcast, with empty
+    batches (CuPy runs them in one kernel)."""
+    args = (as_xp(xp, np.asarray(loc, dtype)), as_xp(xp, np.asarray(tril, dtype)))
+    if message is None:
+        MultivariateNormal(args[0], scale_tril=args[1])
+        return
+    with pytest.raises(ValueError, match=message):
+        MultivariateNormal(args[0], scale_tril=args[1])
+
+
 def test_loc_and_value_errors(xp):
     with pytest.raises(ValueError, match="`loc` must be finite"):
         make(xp, [0.0, np.inf], "covariance_matrix", COV)

@@ -10,7 +10,22 @@ from .._lib._typing import Array, Namespace
 from ..linalg._triangular import solve_triangular
 from ._common import all_true, shape_of
 
-__all__ = ["check_factor", "factor", "matrix_checks"]
+__all__ = ["check_factor", "factor", "matrix_checks", "scale_tril_messages"]
+
+
+def _not_finite(name: str, shape: tuple[int, ...]) -> str:
+    return f"`{name}` must be finite, got shape {shape} with non-finite values"
+
+
+def scale_tril_messages(shape: tuple[int, ...]) -> list[str]:
+    """The messages of a ``scale_tril`` of `shape` failing its checks, in their order:
+    finite, zero above the diagonal, positive diagonal."""
+    return [
+        _not_finite("scale_tril", shape),
+        f"`scale_tril` must be lower triangular (zero above the diagonal), got shape {shape} "
+        "with nonzero entries above the diagonal",
+        f"`scale_tril` must have a positive diagonal, got shape {shape} with a diagonal entry <= 0",
+    ]
 
 
 def matrix_checks(xp: Namespace, name: str, m: Array, dtype: Any) -> list[tuple[Array, str]]:
@@ -18,20 +33,10 @@ def matrix_checks(xp: Namespace, name: str, m: Array, dtype: Any) -> list[tuple[
     message of its failure, in the order they are checked: finite, then lower triangular with a
     positive diagonal (``scale_tril``) or symmetric (a covariance or precision)."""
     shape = shape_of(m)
-    finite = f"`{name}` must be finite, got shape {shape} with non-finite values"
-    checks = [(xp.isfinite(m), finite)]
     if name == "scale_tril":
-        checks.append((
-            xp.triu(m, k=1) == 0,
-            f"`scale_tril` must be lower triangular (zero above the diagonal), got shape "
-            f"{shape} with nonzero entries above the diagonal",
-        ))  # fmt: skip
-        checks.append((
-            xp.linalg.diagonal(m) > 0,
-            f"`scale_tril` must have a positive diagonal, got shape {shape} with a diagonal "
-            "entry <= 0",
-        ))  # fmt: skip
-        return checks
+        conditions = [xp.isfinite(m), xp.triu(m, k=1) == 0, xp.linalg.diagonal(m) > 0]
+        return list(zip(conditions, scale_tril_messages(shape), strict=True))
+    checks = [(xp.isfinite(m), _not_finite(name, shape))]
     if math.prod(shape) == 0:
         return checks
     eps = float(xp.finfo(dtype).eps)

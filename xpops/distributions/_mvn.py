@@ -43,7 +43,7 @@ from ._common import (
     sample_shape,
     shape_of,
 )
-from ._factor import check_factor, factor, matrix_checks
+from ._factor import check_factor, factor, matrix_checks, scale_tril_messages
 from ._kl import kl_divergence, normal_kl, register_kl
 from ._properties import Properties
 
@@ -231,7 +231,14 @@ class MultivariateNormal(CdfMethods, Properties):
     def _parameters(self, name: str, loc: Array, matrix: Array) -> tuple[Array, Array]:
         """(loc broadcast to the batch, the lower factor L with L L^T = covariance), checked."""
         xp = self._xp
-        if self._validate:  # one read from the device for all the checks
+        fused = self._fused_kernels() if self._validate and name == "scale_tril" else None
+        if fused is not None:  # the CuPy kernel of all the checks, one read
+            failures = fused.scale_tril_failures(loc, matrix)
+            messages = [bad_loc(shape_of(loc)), *scale_tril_messages(shape_of(matrix))]
+            for bit, message in enumerate(messages):
+                if failures >> bit & 1:
+                    raise ValueError(message)
+        elif self._validate:  # one read from the device for all the checks
             checks = [(xp.isfinite(loc), bad_loc(shape_of(loc)))]
             raise_unless(xp, checks + matrix_checks(xp, name, matrix, self._dtype))
         tril = factor(xp, name, matrix, self._dtype, self._validate)
