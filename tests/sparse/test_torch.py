@@ -222,7 +222,7 @@ def test_coo_union(device, shape, sdim, coalesced):
 
 @pytest.mark.parametrize(("shape", "sdim", "n"), [
     ((4, 300), 2, 700),  # rows longer than a warp
-    ((3000, 5), 2, 40),  # mostly empty rows
+    ((1000, 5), 2, 200),  # mostly empty rows
     ((6, 50, 40), 2, 900),  # hybrid, long rows
     ((200, 300, 100), 3, 40),  # too many rows for row pointers: a folded frame
 ])  # fmt: skip
@@ -237,6 +237,29 @@ def test_coo_row_lengths(device, shape, sdim, n):
         return coo(e, shape, d, device)
 
     run(x, y, shape, "float64", "float64", make, make)
+
+
+def _entries(coords, values):
+    return Entries(
+        np.asarray(values, dtype=float), tuple(np.asarray(c, dtype=np.int64) for c in coords)
+    )
+
+
+@pytest.mark.parametrize(("shape", "x", "y"), [
+    ((6, 3), ([[4, 5], [0, 2]], [1.0, 2.0]), ([[5], [2]], [4.0])),  # no entry before row 4
+    ((6, 3), ([[0, 1], [1, 2]], [1.0, -2.0]), ([[1], [0]], [4.0])),  # none after row 1
+    ((6, 3), ([[], []], []), ([[2, 3], [1, 1]], [3.0, -5.0])),  # x empty
+    ((6, 3), ([[0, 5], [0, 2]], [1.0, 3.0]), ([[], []], [])),  # y empty
+    ((5, 0), ([[], []], []), ([[], []], [])),  # no columns
+])  # fmt: skip
+def test_coo_rows_at_the_edges(device, shape, x, y):
+    """Entries only in the last rows, only in the first, an operand with none, no columns."""
+    ex, ey = _entries(*x), _entries(*y)
+
+    def make(e, d):
+        return coo(e, shape, d, device)
+
+    run(ex, ey, shape, "float64", "float64", make, make)
 
 
 def test_coo_zero_dimensional(device):

@@ -1,6 +1,7 @@
 """CuPy engine of sparse.divide: cupyx operands, divided by the kernels of `_cupyx_kernels`
-(the families `_cupyx_match` and `_cupyx_fill`), and the CSR arrays of PyTorch's CUDA tensors
-(`divide_csr`, called by `_torch` through DLPack on PyTorch's current stream).
+(the families `_cupyx_match` and `_cupyx_fill`), and the arrays of PyTorch's CUDA tensors
+(`divide_csr`; `divide_coo` with the kernels of `_cupyx_coo`; called by `_torch` through
+DLPack on PyTorch's current stream).
 
 The result's layout follows `x`: a CSC `x` is divided as the CSR rows of its transpose (a
 column-wise merge on the CSC operand's own arrays) and gives a CSC result; a CSR or COO `x`
@@ -26,6 +27,7 @@ import numpy as np
 from .._lib._cuda import grid_1d, multiprocessors
 from .._lib._dtypes import INT32_MAX
 from ._common import quotient_dtype
+from ._cupyx_coo import coo_kernels
 from ._cupyx_fill import fill_kernels
 from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS
 from ._cupyx_match import match_kernels
@@ -334,14 +336,14 @@ def divide_csr(
 
 def _csr_of_coo(coords: Any, rows: int, index: Any) -> tuple[Any, Any]:
     """(indptr, indices) of `index` dtype of sorted unique 2-D COO coordinates `coords`
-    ((2, n) int64): one kernel."""
+    ((2, n) int64) of `rows` rows: one kernel."""
     coords = cupy.ascontiguousarray(coords)
     n = int(coords.shape[1])
     if n == 0:
         return cupy.zeros(rows + 1, dtype=index), cupy.empty(0, dtype=index)
     indptr, indices = cupy.empty(rows + 1, dtype=index), cupy.empty(n, dtype=index)
-    kernel = match_kernels(np.dtype(index).name)["csr_of_coo"]
-    blocks = grid_1d(n, THREADS, BLOCKS_PER_SM * multiprocessors())
+    kernel = coo_kernels(np.dtype(index).name)["csr_of_coo"]
+    blocks = grid_1d(max(n, rows + 1), THREADS, BLOCKS_PER_SM * multiprocessors())
     kernel((blocks,), (THREADS,), (coords, np.int64(n), np.int64(rows), indptr, indices))
     return indptr, indices
 
@@ -354,8 +356,7 @@ def divide_coo(
     `dtype`, one or a block of them an entry): `divide_csr` between `csr_of_coo` and
     `coo_indices`, PyTorch's 2-D COO tensors in one hand-over."""
     rows, ncols = shape
-    size = math.prod(xv.shape[1:])
-    fits = max(int(xc.shape[1]) + int(yc.shape[1]), ncols * max(size, 1), rows + 1) <= INT32_MAX
+    fits = max(int(xc.shape[1]) + int(yc.shape[1]), ncols, rows + 1) <= INT32_MAX
     index = np.int32 if fits else np.int64
     (xptr, xidx), (yptr, yidx) = _csr_of_coo(xc, rows, index), _csr_of_coo(yc, rows, index)
     indptr, indices, data = divide_csr(xptr, xidx, xv, yptr, yidx, yv, ncols, dtype)
@@ -371,7 +372,7 @@ def coo_indices(indptr: Any, indices: Any) -> Any:
     rows, n = int(indptr.size) - 1, int(indices.size)
     out = cupy.empty((2, n), dtype=np.int64)
     if n:
-        kernel = match_kernels(indices.dtype.name)["coo_indices"]
+        kernel = coo_kernels(indices.dtype.name)["coo_indices"]
         blocks = grid_1d(32 * rows, THREADS, BLOCKS_PER_SM * multiprocessors())
         kernel((blocks,), (THREADS,), (indptr, indices, np.int64(rows), np.int64(n), out))
     return out

@@ -36,7 +36,8 @@ scalar divisor, or an empty `x`).
 The kernels come in two families, each a module compiled on its own: `_cupyx_match` (steps 1
 to 4, on index arrays only: built per index dtype) and `_cupyx_fill` (step 5, the queued runs
 and the two helpers: built per value and index dtype). This module holds what both share: the
-launch constants, the tiling macros and the compile options.
+launch constants, the tiling macros and the compile options. A third module, `_cupyx_coo`,
+converts PyTorch's COO coordinates to and from CSR arrays around them.
 """
 
 import cupy

@@ -291,59 +291,19 @@ __global__ void xpops_sparse_divide_indptr(const I* __restrict__ xptr, const I* 
         e / TILE >= x_tiles ? (long long)P[x_tiles] : matched_before(bits, P, e);
     optr[r] = I(e + yptr[r] - before);
 }
-
-// CSR arrays of sorted unique 2-D COO coordinates `coords` ((2, n) int64, rows then columns):
-// each entry writes its column, and the row pointers of the rows from the one after its
-// predecessor's up to its own (the last entry also those after it), so every pointer is
-// written once.
-template <typename I>
-__global__ void __launch_bounds__(THREADS)
-xpops_sparse_csr_of_coo(const long long* __restrict__ coords, const long long n,
-                        const long long rows, I* __restrict__ indptr, I* __restrict__ idx) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += stride) {
-        const long long r = coords[k];
-        idx[k] = (I)coords[n + k];
-        for (long long q = (k ? coords[k - 1] : -1) + 1; q <= r; ++q) indptr[q] = (I)k;
-        if (k == n - 1)
-            for (long long q = r + 1; q <= rows; ++q) indptr[q] = (I)n;
-    }
-}
-
-// The coordinates of CSR arrays as a (2, n) int64 COO index array: each entry's row, then its
-// column. A warp a row: consecutive lanes write consecutive entries (rows of any length
-// coalesce; an empty row costs its warp two loads).
-template <typename I>
-__global__ void __launch_bounds__(THREADS)
-xpops_sparse_coo_indices(const I* __restrict__ indptr, const I* __restrict__ idx,
-                         const long long rows, const long long n, long long* __restrict__ out) {
-    const int lane = threadIdx.x & 31;
-    const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
-    for (long long r = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows;
-         r += warps) {
-        const long long end = indptr[r + 1];
-        for (long long k = (long long)indptr[r] + lane; k < end; k += 32) {
-            out[k] = r;
-            out[n + k] = (long long)idx[k];
-        }
-    }
-}
 """
 )
 
 
 @cupy.memoize(for_each_device=True)
 def match_kernels(index_name: str) -> dict[str, cupy.RawKernel]:
-    """``tile_rows``, ``match``, ``scan`` and ``indptr`` for indices of `index_name`, and
-    ``csr_of_coo`` and ``coo_indices`` (CSR arrays of PyTorch's 2-D COO operands, and the COO
-    coordinates of the result's), compiled on first use for the current device."""
+    """``tile_rows``, ``match``, ``scan`` and ``indptr`` for indices of `index_name`, compiled
+    on first use for the current device."""
     i = INDEX_C_TYPES[index_name]
     names = {
         "tile_rows": f"xpops_sparse_divide_tile_rows<{i}>",
         "match": f"xpops_sparse_divide_match<{i}>",
         "scan": f"xpops_sparse_divide_scan<{i}>",
         "indptr": f"xpops_sparse_divide_indptr<{i}>",
-        "coo_indices": f"xpops_sparse_coo_indices<{i}>",
-        "csr_of_coo": f"xpops_sparse_csr_of_coo<{i}>",
     }
     return compile_family(_SOURCE, names)

@@ -87,7 +87,8 @@ def coalesced(a: Any) -> Any:
 
 
 def ravel(coords: Any, shape: tuple[int, ...]) -> Any:
-    """Row-major linear indices (int64) of `coords` (one row an axis) in `shape`."""
+    """Row-major linear indices (int64) of `coords` (one row an axis) in `shape`: for a 1-D
+    `shape`, ``coords[0]`` itself (a view, not to be written to)."""
     torch = _torch()
     if len(shape) == 1:  # the coordinates themselves
         return coords[0].to(torch.int64)
