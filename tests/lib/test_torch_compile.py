@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 # breaks these tests expect. Some PyTorch releases also raise DeprecationWarnings of their own
 # code while compiling (TorchScript modules imported by the compiler, an autograd Function
 # instantiated by TorchDynamo's tracing of ``apply``), which the suite's "error" filter would
-# turn into failures of PyTorch's tracer.
+# turn into failures of PyTorch's tracer. They are ignored whatever module they are attributed
+# to: PyTorch 2.11 attributes the second to the caller of ``apply``, xpops' autograd binding.
 pytestmark = [
     pytest.mark.filterwarnings("ignore::UserWarning"),
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),

@@ -323,7 +323,7 @@ def _numpy_empty(dtype: Any) -> Any:
 class _Capsule:
     """A CUDA tensor under the DLPack protocol with PyTorch's capsule made directly
     (``to_dlpack``): PyTorch's own ``__dlpack__`` orders the consumer's stream after its
-    current one in Python, a few tens of microseconds an array, and here both are one stream."""
+    current one in Python, about ten microseconds an array, and here both are one stream."""
 
     __slots__ = ("device", "tensor")
 

@@ -33,6 +33,7 @@ import numpy as np
 from .._lib import _random
 from .._lib._cuda import C_TYPES, grid_1d
 from ._common import bad_values, batch_of
+from ._cupy_checks import scale_tril_failures
 
 __all__ = [
     "GRAD_POINTS",
@@ -396,44 +397,6 @@ def _kernel(kind: str, dtype_name: str, d: int) -> cupy.RawKernel:
     name = f"xpops_mvn_{kind}<{C_TYPES[dtype_name]}, {d}>"
     module = cupy.RawModule(code=_SOURCE, options=_OPTIONS, name_expressions=[name])
     return module.get_function(name)
-
-
-# The checks of a `scale_tril` distribution's parameters in one pass over the factor (the mean
-# read, broadcast, at each of its entries): bit 0 a non-finite mean, bit 1 a non-finite factor
-# entry, bit 2 a nonzero entry above the diagonal, bit 3 a diagonal entry not > 0.
-_SCALE_TRIL_CHECKS = cupy.ElementwiseKernel(
-    "T loc, T m, int64 d",
-    "raw uint32 failures",
-    """
-    const long long col = i % d, row = (i / d) % d;
-    unsigned int f = 0;
-    if (!isfinite(loc)) f |= 1u;
-    if (!isfinite(m)) f |= 2u;
-    if (col > row && m != (T)0) f |= 4u;
-    if (col == row && !(m > (T)0)) f |= 8u;
-    if (f) atomicOr(&failures[0], f);
-    """,
-    "xpops_mvn_scale_tril_checks",
-)
-
-
-def scale_tril_failures(loc: cupy.ndarray, tril: cupy.ndarray) -> int:
-    """The failed checks of a mean `loc` (*, D) and a `scale_tril` (*, D, D), as bits in the
-    order of the messages (`_factor.scale_tril_messages` after the mean's): one kernel and one
-    read from the device."""
-    pairs = loc[..., None, :]
-    if math.prod(np.broadcast_shapes(pairs.shape, tril.shape)) == 0:
-        # the batches broadcast to none (one of them empty): each array on its own
-        holds = (
-            cupy.isfinite(loc).all(),
-            cupy.isfinite(tril).all(),
-            (cupy.triu(tril, k=1) == 0).all(),
-            (cupy.diagonal(tril, axis1=-2, axis2=-1) > 0).all(),
-        )
-        return sum(int(not bool(h)) << bit for bit, h in enumerate(holds))
-    failures = cupy.zeros(1, dtype=np.uint32)
-    _SCALE_TRIL_CHECKS(pairs, tril, np.int64(tril.shape[-1]), failures)
-    return int(failures[0])
 
 
 def supported(dtype: object, d: int) -> bool:

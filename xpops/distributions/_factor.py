@@ -8,20 +8,16 @@ from typing import Any
 from .._lib import _compat
 from .._lib._typing import Array, Namespace
 from ..linalg._triangular import solve_triangular
-from ._common import all_true, shape_of
+from ._common import all_true, bad_values, shape_of
 
 __all__ = ["check_factor", "factor", "matrix_checks", "scale_tril_messages"]
-
-
-def _not_finite(name: str, shape: tuple[int, ...]) -> str:
-    return f"`{name}` must be finite, got shape {shape} with non-finite values"
 
 
 def scale_tril_messages(shape: tuple[int, ...]) -> list[str]:
     """The messages of a ``scale_tril`` of `shape` failing its checks, in their order:
     finite, zero above the diagonal, positive diagonal."""
     return [
-        _not_finite("scale_tril", shape),
+        bad_values("scale_tril", shape, allow_inf=False),
         f"`scale_tril` must be lower triangular (zero above the diagonal), got shape {shape} "
         "with nonzero entries above the diagonal",
         f"`scale_tril` must have a positive diagonal, got shape {shape} with a diagonal entry <= 0",
@@ -36,7 +32,7 @@ def matrix_checks(xp: Namespace, name: str, m: Array, dtype: Any) -> list[tuple[
     if name == "scale_tril":
         conditions = [xp.isfinite(m), xp.triu(m, k=1) == 0, xp.linalg.diagonal(m) > 0]
         return list(zip(conditions, scale_tril_messages(shape), strict=True))
-    checks = [(xp.isfinite(m), _not_finite(name, shape))]
+    checks = [(xp.isfinite(m), bad_values(name, shape, allow_inf=False))]
     if math.prod(shape) == 0:
         return checks
     eps = float(xp.finfo(dtype).eps)
