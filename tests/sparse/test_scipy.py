@@ -33,22 +33,13 @@ def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, help
     addition called directly and through its public operator, with the second half of the
     blocks on the helper thread (moved down after the first) or all on the calling thread (no
     helper, or one busy with another call)."""
-    import threading
-    from concurrent.futures import ThreadPoolExecutor
-
     from xpops._lib import _scipy_sparse
-    from xpops._lib._threads import Helper
     from xpops.sparse import _host as engine
 
     monkeypatch.setattr(engine, "BLOCK_ENTRIES", 37)
     monkeypatch.setattr(engine, "FLOAT_BLOCK_ENTRIES", 37)
     monkeypatch.setattr(engine, "HELPER_MIN_ENTRIES", 0)
-    pool = ThreadPoolExecutor(1)
-    shared = Helper(pool) if helper != "none" else None
-    monkeypatch.setattr(engine, "helper_thread", lambda: shared)
-    release = threading.Event()
-    if helper == "busy":
-        assert shared.try_submit(release.wait, 30) is not None
+    stop = _helper(monkeypatch, engine, helper)
     if not direct:
         monkeypatch.setattr(_scipy_sparse, "sparsetools_csr_plus_csr", lambda: None)
     rng = np.random.default_rng(7)
@@ -59,8 +50,7 @@ def test_scipy_engine_blocks(scipy_only, monkeypatch, direct, zeros, dtype, help
     try:
         run_and_check(scipy_only, "csr", x, dtype, "coo", y, dtype, shape)
     finally:
-        release.set()
-        pool.shutdown()
+        stop()
 
 
 def _helper(monkeypatch, engine, helper):
