@@ -33,7 +33,6 @@ import numpy as np
 from .._lib import _random
 from .._lib._cuda import C_TYPES, grid_1d
 from ._common import bad_values, batch_of
-from ._cupy_checks import scale_tril_failures
 
 __all__ = [
     "GRAD_POINTS",
@@ -46,7 +45,6 @@ __all__ = [
     "log_prob_of",
     "points_layout",
     "sample",
-    "scale_tril_failures",
     "standard_normal",
     "supported",
 ]

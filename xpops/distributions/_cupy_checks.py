@@ -1,6 +1,7 @@
 """The checks of a MultivariateNormal's parameters in one CuPy kernel (`scale_tril_failures`,
-reached through the CuPy engine `_cupy`): the generic checks take a reduction each, a stack
-and a read; here one pass over the parameters ORs failure bits, and one read returns them."""
+called by the constructor where the CuPy engine `_cupy` takes the distribution): the generic
+checks take a reduction each, a stack and a read; here one pass over the parameters ORs
+failure bits, and one read returns them."""
 
 import cupy
 import numpy as np

@@ -233,7 +233,9 @@ class MultivariateNormal(CdfMethods, Properties):
         xp = self._xp
         fused = self._fused_kernels() if self._validate and name == "scale_tril" else None
         if fused is not None:  # the CuPy kernel of all the checks, one read
-            failures = fused.scale_tril_failures(loc, matrix)
+            from ._cupy_checks import scale_tril_failures  # imports CuPy: only on the CuPy engine
+
+            failures = scale_tril_failures(loc, matrix)
             messages = [bad_loc(shape_of(loc)), *scale_tril_messages(shape_of(matrix))]
             for bit, message in enumerate(messages):
                 if failures >> bit & 1:
