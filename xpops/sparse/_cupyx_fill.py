@@ -7,31 +7,12 @@ value and index dtype.
 import cupy
 
 from .._lib._cuda import INDEX_C_TYPES, c_type
-from ._cupyx_kernels import TILING, compile_family
+from ._cupyx_kernels import QUOTIENT, TILING, compile_family
 
 __all__ = ["fill_kernels"]
 
 _SOURCE = (
-    r"""
-#include <cupy/complex.cuh>
-
-// x / y with NumPy's semantics, so that the GPU and the CPU agree (also on complex x / 0).
-__device__ __forceinline__ float quotient(float a, float b) { return a / b; }
-__device__ __forceinline__ double quotient(double a, double b) { return a / b; }
-template <typename R>
-__device__ __forceinline__ complex<R> quotient(complex<R> a, complex<R> b) {
-    const R ar = a.real(), ai = a.imag(), br = b.real(), bi = b.imag();
-    if (fabs(br) >= fabs(bi)) {
-        if (br == R(0) && bi == R(0)) {
-            return complex<R>(ar / fabs(br), ai / fabs(br));
-        }
-        const R rat = bi / br, scl = R(1) / (br + bi * rat);
-        return complex<R>((ar + ai * rat) * scl, (ai - ar * rat) * scl);
-    }
-    const R rat = br / bi, scl = R(1) / (bi + br * rat);
-    return complex<R>((ar * rat + ai) * scl, (ai * rat - ar) * scl);
-}
-"""
+    QUOTIENT
     + TILING
     + r"""
 // Queues the run of y entries f0 .. f1 - 1 (output positions o + f) in chunks of CHUNK.

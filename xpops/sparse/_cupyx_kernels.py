@@ -36,13 +36,14 @@ scalar divisor, or an empty `x`).
 The kernels come in two families, each a module compiled on its own: `_cupyx_match` (steps 1
 to 4, on index arrays only: built per index dtype) and `_cupyx_fill` (step 5, the queued runs
 and the two helpers: built per value and index dtype). This module holds what both share: the
-launch constants, the tiling macros and the compile options. A third module, `_cupyx_coo`,
-converts PyTorch's COO coordinates to and from CSR arrays around them.
+launch constants, the tiling macros, NumPy's quotient and the compile options. A third
+module, `_cupyx_coo`, converts PyTorch's COO coordinates to and from CSR arrays around them,
+and a fourth, `_cupyx_grad`, holds the backward's kernel.
 """
 
 import cupy
 
-__all__ = ["CHUNK", "ITEMS", "RUN", "THREADS", "TILING", "compile_family"]
+__all__ = ["CHUNK", "ITEMS", "QUOTIENT", "RUN", "THREADS", "TILING", "compile_family"]
 
 # Launch constants. On an H100 (10^5 x 10^5, 10^7 + 10^7 float32 entries), capping registers
 # at 64 (MIN_BLOCKS), staging the tile's rows in shared memory, and int offsets with a per-lane
@@ -55,6 +56,29 @@ CHUNK = 2048  # entries of y a queued chunk of a long run
 SEG_BYTES = 2048  # shared memory a warp for the partner operand's indices of a tile's rows
 ROW_BYTES = 1024  # shared memory a warp for each operand's row pointers of a tile's rows
 MIN_BLOCKS = 4  # resident blocks an SM asked of the compiler (caps registers at 64)
+
+# x / y with NumPy's semantics, for the kernels of the forward and of the backward (each
+# family's source starts with it).
+QUOTIENT = r"""
+#include <cupy/complex.cuh>
+
+// x / y with NumPy's semantics, so that the GPU and the CPU agree (also on complex x / 0).
+__device__ __forceinline__ float quotient(float a, float b) { return a / b; }
+__device__ __forceinline__ double quotient(double a, double b) { return a / b; }
+template <typename R>
+__device__ __forceinline__ complex<R> quotient(complex<R> a, complex<R> b) {
+    const R ar = a.real(), ai = a.imag(), br = b.real(), bi = b.imag();
+    if (fabs(br) >= fabs(bi)) {
+        if (br == R(0) && bi == R(0)) {
+            return complex<R>(ar / fabs(br), ai / fabs(br));
+        }
+        const R rat = bi / br, scl = R(1) / (br + bi * rat);
+        return complex<R>((ar + ai * rat) * scl, (ai - ar * rat) * scl);
+    }
+    const R rat = br / bi, scl = R(1) / (bi + br * rat);
+    return complex<R>((ar * rat + ai) * scl, (ai * rat - ar) * scl);
+}
+"""
 
 # The tiling macros of both families (every kernel that takes warp tiles of x).
 TILING = r"""

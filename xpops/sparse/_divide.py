@@ -3,6 +3,7 @@
 from typing import Any
 
 from .._autodiff import _torch as _autograd
+from .._lib._compile import compiling, untraced
 from .._lib._dispatch import Engines, dispatch_kind
 from .._lib._typing import ArrayT
 from ._common import DENSE, SCALAR, SPARSE, TORCH, check_operands
@@ -164,6 +165,8 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     >>> xpops.sparse.divide(x, np.full((2, 3), 4.0)).nnz  # a dense y: x's pattern
     3
     """
+    if compiling(x, y):
+        return untraced(divide)(x, y)
     kind, form = check_operands(x, y)
     if kind == TORCH and _autograd.recording(x, y):
         return _autograd.apply("xpops.sparse._vjp:RULE", (x, y), {})

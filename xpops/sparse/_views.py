@@ -18,7 +18,7 @@ import numpy as np
 from ._common import PYDATA, SCIPY
 from ._host import rows_of
 
-__all__ = ["View", "key_axes", "view"]
+__all__ = ["View", "key_axes", "like", "view"]
 
 # SciPy formats whose gradient is a CSR on the pattern SciPy's tocsr() gives them (cupyx has
 # DIA too): the pattern the forward divided.
@@ -90,7 +90,7 @@ def view(kind: str, xp: ModuleType, a: Any, axes: tuple[int, ...]) -> View:
             else getattr(a, "_has_canonical_format", None) is True
         )
         ordered = canonical and axes == key_axes(a)
-    return View(coords, a.data, ordered, lambda data: _like(kind, a, data))
+    return View(coords, a.data, ordered, lambda data: like(kind, a, data))
 
 
 def _converted_view(kind: str, xp: ModuleType, a: Any, axes: tuple[int, ...]) -> View:
@@ -102,10 +102,10 @@ def _converted_view(kind: str, xp: ModuleType, a: Any, axes: tuple[int, ...]) ->
         cls = sp.csr_matrix if isinstance(a, sp.spmatrix) else sp.csr_array
     else:
         cls = type(c)
-    return v._replace(like=lambda data: _like(kind, c, data, cls))
+    return v._replace(like=lambda data: like(kind, c, data, cls))
 
 
-def _like(kind: str, a: Any, data: Any, cls: Any = None) -> Any:
+def like(kind: str, a: Any, data: Any, cls: Any = None) -> Any:
     """An operand of a's class (or `cls`) and stored structure (its index arrays, copied)
     holding `data`."""
     shape = tuple(a.shape)

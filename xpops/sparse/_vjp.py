@@ -39,6 +39,10 @@ from -0.0 at stored positions (so a lone -0.0 keeps its sign, as in the forward)
 elsewhere, on the GPU by atomic adds in float64 with the signs of zero sums restored.
 A dense `dout` is gathered at `out`'s coordinates. The same code runs on NumPy and CuPy,
 without Python loops and, on the GPU, without host synchronisation.
+
+On the GPU, canonical CSR (or CSC) operands of one format skip all of that: `_cupyx_grad`
+looks each entry up in the sorted rows of the other arrays by binary search, one kernel a
+gradient, with no keys, sorts or scatters.
 """
 
 import functools
@@ -53,7 +57,7 @@ from .._lib._compat import is_dask_array
 from .._lib._names import type_name
 from ._common import CUPYX, PYDATA, SCIPY, TORCH, is_dense, is_scalar, library
 from ._divide import divide
-from ._views import View, key_axes, view
+from ._views import View, key_axes, like, view
 
 __all__ = ["RULE"]
 
@@ -86,6 +90,11 @@ def backward(residuals: tuple[Any, ...], cotangent: Any) -> tuple[Any, Any]:
     if math.prod(shape) > _INT64_MAX:
         msg = f"xpops.vjp of sparse.divide needs fewer than 2**63 positions, got shape {shape}"
         raise NotImplementedError(msg)
+    if kind == CUPYX and not is_scalar(y, kind) and not is_dense(y, kind):
+        from . import _cupyx_grad
+
+        if _cupyx_grad.takes(x, y, out):
+            return _compressed_backward(x, y, out, cotangent, ctype, shape)
     union = _Union(xp, view(kind, xp, out, key_axes(out)), shape, key_axes(out))
     dout = _cotangent_on(xp, kind, cotangent, union, ctype)
     o = union.view.data.astype(ctype, copy=False)
@@ -116,6 +125,29 @@ def backward(residuals: tuple[Any, ...], cotangent: Any) -> tuple[Any, Any]:
 
 
 RULE = Rule("sparse.divide", ("x", "y"), forward, backward)
+
+
+def _compressed_backward(
+    x: Any, y: Any, out: Any, cotangent: Any, ctype: np.dtype, shape: tuple[int, ...]
+) -> tuple[Any, Any]:
+    """`backward` of cupyx operands that `_cupyx_grad` takes (compressed, canonical): one
+    kernel a gradient, with the cotangent looked up in place when it is canonical in out's
+    format, else first gathered on out's pattern."""
+    import cupy
+
+    from . import _cupyx_grad
+
+    if _checked_cotangent(cupy, CUPYX, cotangent, shape, ctype) and _cupyx_grad.searchable(
+        cotangent, out
+    ):
+        dout = None
+    else:
+        union = _Union(cupy, view(CUPYX, cupy, out, key_axes(out)), shape, key_axes(out))
+        dout = _cotangent_on(cupy, CUPYX, cotangent, union, ctype)
+    dx, dy = _cupyx_grad.gradients(x, y, out, cotangent, dout, ctype)
+    dx = _cast(dx, _grad_dtype(x, ctype))
+    dy = _cast(dy, _grad_dtype(y, ctype))
+    return like(CUPYX, x, dx), like(CUPYX, y, dy)
 
 
 # ---- array modules and dtypes --------------------------------------------------------------------
@@ -269,11 +301,12 @@ def _device_summed(xp: ModuleType, n: int, at: Any, values: Any, dtype: np.dtype
 # ---- the cotangent -------------------------------------------------------------------------------
 
 
-def _cotangent_on(xp: ModuleType, kind: str, cotangent: Any, union: _Union, ctype: np.dtype) -> Any:
-    """The cotangent's values at out's stored positions (`union`), as `ctype`; TypeError
-    naming `cotangent` for anything but a sparse operand of x's library or a dense array of
-    its array module."""
-    shape = union.shape
+def _checked_cotangent(
+    xp: ModuleType, kind: str, cotangent: Any, shape: tuple, ctype: np.dtype
+) -> bool:
+    """Whether `cotangent` is sparse (else dense); TypeError naming it for anything but a
+    sparse operand of x's library or a dense array of its array module, or a dtype that
+    cannot be the cotangent of a quotient of dtype `ctype`."""
     lib = {SCIPY: "scipy.sparse array or matrix", CUPYX: "cupyx.scipy.sparse matrix"}
     dense_name = "a CuPy array" if kind == CUPYX else "a NumPy array"
     sparse_name = lib.get(kind, "pydata sparse array")
@@ -293,7 +326,14 @@ def _cotangent_on(xp: ModuleType, kind: str, cotangent: Any, union: _Union, ctyp
             f"got {dtype}"
         )
         raise TypeError(msg)
-    if sparse is None:
+    return sparse is not None
+
+
+def _cotangent_on(xp: ModuleType, kind: str, cotangent: Any, union: _Union, ctype: np.dtype) -> Any:
+    """The cotangent's values at out's stored positions (`union`), as `ctype` (checked by
+    `_checked_cotangent`)."""
+    shape = union.shape
+    if not _checked_cotangent(xp, kind, cotangent, shape, ctype):
         dense = xp.asarray(cotangent)  # a NumPy matrix indexes as an ndarray
         row_major = union.axes == tuple(range(len(shape)))
         if dense.flags.c_contiguous and row_major:  # one flat gather: 4x faster
