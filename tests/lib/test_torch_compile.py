@@ -124,3 +124,43 @@ def test_no_dynamo_import_without_compile():
         "assert 'torch._dynamo' not in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _calls():
+    rng = np.random.default_rng(3)
+    x = torch.from_numpy(rng.normal(0, 1, (3, 5)))
+    low = torch.from_numpy(np.tril(rng.normal(0, 0.3, (5, 5))) + 3 * np.eye(5))
+    idx = torch.tensor([[0, 1, 2], [2, 0, 1]])
+    sx = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0, 3.0]), (3, 3)).coalesce()
+    sy = torch.sparse_coo_tensor(idx, torch.tensor([4.0, -5.0, 6.0]), (3, 3)).coalesce()
+    loc = torch.zeros(5, dtype=torch.float64)
+    return {
+        "logcumsumexp": (lambda x: xpops.logcumsumexp(x, axis=1).sum(), (x,)),
+        "cholesky_solve": (lambda x, y: xpops.linalg.cholesky_solve(x.T, y).sum(), (x, low)),
+        "sparse.divide": (lambda a, b: xpops.sparse.divide(a, b).to_dense().sum(), (sx, sy)),
+        "log_prob": (
+            lambda m, s, v: MultivariateNormal(m, scale_tril=s).log_prob(v).sum(),
+            (loc, low, x),
+        ),
+        "kl_divergence": (
+            lambda m, s: xpops.distributions.kl_divergence(
+                MultivariateNormal(m, scale_tril=s), MultivariateNormal(m + 1, scale_tril=s)
+            ),
+            (loc, low),
+        ),
+    }
+
+
+@pytest.mark.parametrize("op", ["logcumsumexp", "cholesky_solve", "sparse.divide", "log_prob",
+                                "kl_divergence"])  # fmt: skip
+def test_dispatch_not_traced(op):
+    """TorchDynamo does not trace into xpops: the compiled code guards on none of xpops'
+    internal modules nor on ``sys.modules``, whose lookups in xpops' dispatch PyTorch 2.11
+    traces by building a variable of the whole dict (which fails when a module is imported
+    meanwhile, as during a first compile). (PyTorch traces nothing of a function given sparse
+    tensors.)"""
+    fn, args = _calls()[op]
+    torch._dynamo.reset()
+    guards = [str(g.name) for g in torch._dynamo.explain(fn)(*args).out_guards]
+    inside = [g for g in guards if "sys.modules" in g or "__import_xpops" in g]
+    assert not inside, inside[:5]

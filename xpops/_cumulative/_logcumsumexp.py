@@ -12,6 +12,7 @@ from typing import Any
 from .. import _backend
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
+from .._lib._compile import compiling, untraced
 from .._lib._dispatch import OWN_ENGINES, Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
@@ -202,6 +203,8 @@ def logcumsumexp(
     array([[0.        , 1.        , 2.        ],
            [3.04858735, 4.04858735, 5.04858735]])
     """
+    if compiling(x):
+        return untraced(logcumsumexp)(x, axis, exclusive=exclusive, reverse=reverse, dtype=dtype)
     fast = _fast_path(x, axis, exclusive, reverse, dtype)
     if fast is not None:
         return fast

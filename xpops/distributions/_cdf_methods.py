@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
 from .._lib import _random
+from .._lib._compile import compiling, untraced
 from .._lib._dispatch import Engines, dispatch
 from .._lib._validation import as_bool
 from . import _cdf
@@ -86,6 +87,10 @@ class CdfMethods(State):
         standard errors over the shifts). CuPy arrays are computed on their GPU (3 <= D <=
         64; other D through host copies).
         """
+        if compiling(value, lower_limit, *self._args):
+            kwargs = {"lower_limit": lower_limit, "abseps": abseps, "releps": releps}
+            kwargs |= {"maxpts": maxpts, "rng": rng, "return_error": return_error}
+            return untraced(type(self).cdf)(self, value, **kwargs)
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         return dispatch(
             self._serving(value), self._cdf_engines, self, value, lower_limit, options, False
@@ -132,6 +137,10 @@ class CdfMethods(State):
         and the earlier coordinates inside, on the CPU and the GPU), so that ``logcdf(20)`` of
         a standard normal is -2.75e-89 and not 0.
         """
+        if compiling(value, lower_limit, *self._args):
+            kwargs = {"lower_limit": lower_limit, "abseps": abseps, "releps": releps}
+            kwargs |= {"maxpts": maxpts, "rng": rng, "return_error": return_error}
+            return untraced(type(self).logcdf)(self, value, **kwargs)
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         return dispatch(
             self._serving(value), self._cdf_engines, self, value, lower_limit, options, True

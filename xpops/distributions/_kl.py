@@ -9,6 +9,7 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .._lib._compile import compiling, untraced
 from .._lib._typing import Array, Namespace
 from ..linalg._triangular import solve_triangular
 
@@ -46,6 +47,8 @@ def kl_divergence(p: Any, q: Any) -> Array:
     Raises ``ValueError`` for different event sizes and ``TypeError`` for other objects or
     distributions of two array libraries.
     """
+    if compiling(*getattr(p, "_args", ()), *getattr(q, "_args", ())):
+        return untraced(kl_divergence)(p, q)
     known = tuple(dict.fromkeys(t for pair in _RULES for t in pair))
     for name, dist in (("p", p), ("q", q)):
         if not isinstance(dist, known):

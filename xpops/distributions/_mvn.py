@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
 from .._lib import _compat, _random
+from .._lib._compile import compiling, untraced
 from .._lib._dispatch import Engines, dispatch
 from .._lib._typing import Array
 from .._lib._validation import as_bool
@@ -169,6 +170,12 @@ class MultivariateNormal(CdfMethods, Properties):
         *,
         validate_args: bool = True,
     ) -> None:
+        if compiling(loc, covariance_matrix, precision_matrix, scale_tril):
+            untraced(MultivariateNormal.__init__)(
+                self, loc, covariance_matrix, precision_matrix, scale_tril,
+                validate_args=validate_args,
+            )  # fmt: skip
+            return
         given = {
             name: m
             for name, m in zip(
@@ -285,6 +292,8 @@ class MultivariateNormal(CdfMethods, Properties):
     def log_prob(self, value: Any) -> Array:
         """Log density at `value`, shape ``broadcast(value.shape[:-1], batch_shape)``; a Dask
         `value` gives a lazy result computed chunk by chunk."""
+        if compiling(value, *self._args):
+            return untraced(MultivariateNormal.log_prob)(self, value)
         if _differentiated(*self._args, value):
             return self._recorded("_vjp:LOG_PROB_ARRAYS", value, dist=self)
         return dispatch(self._serving(value), _LOG_PROB, self, value)
@@ -325,6 +334,8 @@ class MultivariateNormal(CdfMethods, Properties):
 
     def prob(self, value: Any) -> Array:
         """Density at `value` (lazy for a Dask `value`)."""
+        if compiling(value, *self._args):
+            return untraced(MultivariateNormal.prob)(self, value)
         if _differentiated(*self._args, value):
             return self._recorded("_vjp:PROB_ARRAYS", value, dist=self)
         return dispatch(self._serving(value), _PROB, self, value)
@@ -334,6 +345,8 @@ class MultivariateNormal(CdfMethods, Properties):
 
     def entropy(self) -> Array:
         """Differential entropy, shape ``batch_shape``."""
+        if compiling(*self._args):
+            return untraced(MultivariateNormal.entropy)(self)
         if _differentiated(*self._args):
             return self._recorded("_vjp:ENTROPY_ARRAYS", dist=self)
         xp = self._xp
@@ -343,6 +356,8 @@ class MultivariateNormal(CdfMethods, Properties):
     def rsample(self, shape: tuple[int, ...] | int = (), *, rng: Any = None) -> Array:
         """``loc + L eps``: shape ``shape + batch_shape + event_shape`` (differentiable in
         the parameters with PyTorch tensors)."""
+        if compiling(*self._args):
+            return untraced(MultivariateNormal.rsample)(self, shape, rng=rng)
         if _differentiated(*self._args):
             return self._recorded("_vjp:RSAMPLE_ARRAYS", shape=shape, rng=rng, dist=self)
         return dispatch(self._xp, _RSAMPLE, self, sample_shape(shape), rng)

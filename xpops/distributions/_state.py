@@ -37,6 +37,7 @@ class State:
     _validate: bool
     _dask: bool
     _linv_t: Array | None
+    _args: tuple[Any, Any]  # loc and the matrix as given (as arrays): the gradients' primals
 
     # ---- pickling and copies ----------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from .. import _backend
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
 from .._lib import _compat
+from .._lib._compile import compiling, untraced
 from .._lib._dispatch import Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
 from .._lib._typing import Array, ArrayT, DType, Namespace
@@ -234,6 +235,8 @@ def cholesky_solve(x: ArrayT, y: ArrayT, /, upper: bool = False) -> ArrayT:
     >>> xpops.linalg.cholesky_solve(np.ones((2, 1)), np.stack([L, 2 * L])).shape
     (2, 2, 1)
     """
+    if compiling(x, y):
+        return untraced(cholesky_solve)(x, y, upper)
     a: Array = x  # the arrays, typed for attribute access (ArrayT ties the result's type to x)
     b: Array = y
     # Concrete floating JAX arrays go to the JAX binding, as on the general path, whose
