@@ -256,8 +256,9 @@ def _log_prob_cases(backend: str, full: bool) -> list[Case]:
 
 
 def _divide_cases(backend: str, full: bool) -> list[Case]:
-    """PyTorch and JAX cannot divide two sparse arrays: the peers are the forward alone and
-    cupyx's (SciPy's) ``x + y``, the cheapest pattern union there is."""
+    """PyTorch and JAX cannot divide two sparse arrays: the peers are the forward alone,
+    cupyx's (SciPy's) ``x + y``, the cheapest pattern union there is, and on the GPU xpops
+    on PyTorch CSR tensors of the same memory."""
     from . import sparse as sparse_cases
 
     chosen = DIVIDE_GPU if backend == "cupy" else (DIVIDE_CPU if full else [])
@@ -274,6 +275,12 @@ def _divide_cases(backend: str, full: bool) -> list[Case]:
             "xpops forward": functools.partial(divide, x, y),
             f"{lib} x+y": lambda x=x, y=y: x + y,
         }
+        torch = _torch(backend) if backend == "cupy" else None
+        if torch is not None:  # CSR tensors on the same memory
+            tx, ty = (sparse_cases.torch_csr(torch, a).requires_grad_() for a in (x, y))
+            peers["xpops via torch"] = _torch_step(
+                divide, [tx, ty], sparse_cases.torch_csr(torch, g)
+            )
         # fwd: x, y, out (values and column indices); bwd: the same and dout, dx, dy
         nbytes = (3 * x.nnz + 3 * y.nnz + 3 * g.nnz) * 8
         out.append(

@@ -68,14 +68,29 @@ def _torch_peer(backend: str, x: Any, y: Any) -> dict[str, Any]:
     if backend == "cupy" and not torch.cuda.is_available():
         return {}
 
-    def tensor(m: Any) -> Any:
-        crow, col, val = (torch.from_dlpack(a) for a in (m.indptr, m.indices, m.data))
-        with warnings.catch_warnings():  # torch's notes that sparse CSR is in beta
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.sparse_csr_tensor(crow, col, val, size=m.shape, check_invariants=False)
-
-    tx, ty = tensor(x), tensor(y)
+    tx, ty = torch_csr(torch, x), torch_csr(torch, y)
     return {"torch": lambda: tx / ty}
+
+
+def torch_csr(torch: Any, m: Any) -> Any:
+    """A PyTorch CSR tensor on the memory of cupyx CSR matrix `m` (its int32 indices)."""
+    crow, col, val = (torch.from_dlpack(a) for a in (m.indptr, m.indices, m.data))
+    with warnings.catch_warnings():  # torch's notes that sparse CSR is in beta
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(crow, col, val, size=m.shape, check_invariants=False)
+
+
+def torch_coo(torch: Any, m: Any) -> Any:
+    """A coalesced PyTorch COO tensor of canonical cupyx CSR matrix `m` (int64 indices made
+    from its arrays, its values' memory)."""
+    import cupy
+
+    rows = cupy.searchsorted(m.indptr[1:], cupy.arange(m.nnz), side="right")
+    indices = cupy.stack([rows.astype(cupy.int64), m.indices.astype(cupy.int64)])
+    return torch.sparse_coo_tensor(
+        torch.from_dlpack(indices), torch.from_dlpack(m.data), size=m.shape,
+        is_coalesced=True, check_invariants=False,
+    )  # fmt: skip
 
 
 def _torch_cases(x: Any, y: Any, label: str, nbytes: int) -> list[Case]:
@@ -87,27 +102,11 @@ def _torch_cases(x: Any, y: Any, label: str, nbytes: int) -> list[Case]:
         return []
     if not torch.cuda.is_available():
         return []
-    import cupy
-
     import xpops
 
-    def as_csr(m: Any) -> Any:
-        crow, col, val = (torch.from_dlpack(a) for a in (m.indptr, m.indices, m.data))
-        with warnings.catch_warnings():  # torch's notes that sparse CSR is in beta
-            warnings.simplefilter("ignore", UserWarning)
-            return torch.sparse_csr_tensor(crow, col, val, size=m.shape, check_invariants=False)
-
-    def as_coo(m: Any) -> Any:
-        rows = cupy.searchsorted(m.indptr[1:], cupy.arange(m.nnz), side="right")
-        indices = cupy.stack([rows.astype(cupy.int64), m.indices.astype(cupy.int64)])
-        return torch.sparse_coo_tensor(
-            torch.from_dlpack(indices), torch.from_dlpack(m.data), size=m.shape,
-            is_coalesced=True, check_invariants=False,
-        )  # fmt: skip
-
     out = []
-    for layout, make in (("COO", as_coo), ("CSR", as_csr)):
-        tx, ty = make(x), make(y)
+    for layout, make in (("COO", torch_coo), ("CSR", torch_csr)):
+        tx, ty = make(torch, x), make(torch, y)
         out.append(
             Case(
                 op="sparse.divide",

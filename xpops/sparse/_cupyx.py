@@ -32,7 +32,15 @@ from ._cupyx_fill import fill_kernels
 from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS
 from ._cupyx_match import match_kernels
 
-__all__ = ["coo_indices", "divide", "divide_coo", "divide_csr", "divide_dense", "divide_scalar"]
+__all__ = [
+    "coo_indices",
+    "csr_of_coo",
+    "divide",
+    "divide_coo",
+    "divide_csr",
+    "divide_dense",
+    "divide_scalar",
+]
 
 SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
 BLOCKS_PER_SM = 32  # grid-stride kernels: enough resident blocks to fill the device
@@ -334,7 +342,7 @@ def divide_csr(
     return indptr, indices, data
 
 
-def _csr_of_coo(coords: Any, rows: int, index: Any) -> tuple[Any, Any]:
+def csr_of_coo(coords: Any, rows: int, index: Any) -> tuple[Any, Any]:
     """(indptr, indices) of `index` dtype of sorted unique 2-D COO coordinates `coords`
     ((2, n) int64) of `rows` rows: one kernel."""
     coords = cupy.ascontiguousarray(coords)
@@ -358,7 +366,7 @@ def divide_coo(
     rows, ncols = shape
     fits = max(int(xc.shape[1]) + int(yc.shape[1]), ncols, rows + 1) <= INT32_MAX
     index = np.int32 if fits else np.int64
-    (xptr, xidx), (yptr, yidx) = _csr_of_coo(xc, rows, index), _csr_of_coo(yc, rows, index)
+    (xptr, xidx), (yptr, yidx) = csr_of_coo(xc, rows, index), csr_of_coo(yc, rows, index)
     indptr, indices, data = divide_csr(xptr, xidx, xv, yptr, yidx, yv, ncols, dtype)
     return coo_indices(indptr, indices), data
 

@@ -23,9 +23,10 @@ import cupy
 import numpy as np
 
 from .._lib._cuda import INDEX_C_TYPES, c_type, grid_1d, multiprocessors
+from .._lib._dtypes import INT32_MAX
 from ._cupyx_kernels import QUOTIENT, THREADS, compile_family
 
-__all__ = ["gradients", "searchable", "takes"]
+__all__ = ["divide_grad", "gradients", "searchable", "takes"]
 
 _BLOCKS_PER_SM = 32  # grid-stride kernel: enough resident blocks to fill the device
 GRAD_RUN = 4  # consecutive entries a thread (see the module docstring)
@@ -177,32 +178,73 @@ def gradients(x: Any, y: Any, out: Any, cotangent: Any, dout: Any, ctype: np.dty
     """The values of ``(dx, dy)`` (as `ctype`, in x's and y's stored orders) for residuals that
     `takes` accepts. The cotangent's values are `dout` on out's pattern, or, with `dout` None,
     looked up in `cotangent` (one that is `searchable`)."""
-    mats = (x, y, out) if dout is not None else (x, y, out, cotangent)
-    index = np.result_type(*(a.indices.dtype for a in mats), *(a.indptr.dtype for a in mats))
-    arrays = {
-        id(a): (a.indptr.astype(index, copy=False), a.indices.astype(index, copy=False))
-        for a in mats
-    }
+    c = (
+        (cotangent.indptr, cotangent.indices, cotangent.data)
+        if dout is None
+        else (None, None, dout)
+    )
+    return _launch(
+        (x.indptr, x.indices), (y.indptr, y.indices, y.data), (out.indptr, out.indices, out.data),
+        c, ctype,
+    )  # fmt: skip
+
+
+def divide_grad(
+    x0: Any, x1: Any, y0: Any, y1: Any, yval: Any, o0: Any, o1: Any, oval: Any,
+    c0: Any, c1: Any, cval: Any, shape: tuple[int, int], dtype_name: str,
+) -> tuple[Any, Any]:  # fmt: skip
+    """`gradients` of a PyTorch operand's arrays (the CuPy engine of `_vjp_torch`): for each
+    of x, y, the quotient and the cotangent, its row pointers and columns (``a0``, ``a1``:
+    CSR) or its sorted unique (2, n) int64 coordinates (``a0``; ``a1`` None: coalesced COO);
+    `c0` None for a cotangent given as values `cval` on the quotient's pattern; `shape` the
+    operands' (rows, columns). The two gradients' values, as `dtype_name`, in x's and y's
+    stored orders."""
+    from ._cupyx import csr_of_coo
+
+    ctype = np.dtype(dtype_name)
+    rows, ncols = shape
+    sizes = [a.shape[-1] for a in (x0, y0, o0, c0) if a is not None and a.ndim == 2]
+    fits = max([*sizes, rows + 1, ncols]) <= INT32_MAX
+
+    def compressed(a0: Any, a1: Any) -> tuple[Any, Any]:
+        if a1 is not None:
+            return a0, a1
+        return csr_of_coo(a0, rows, np.int32 if fits else np.int64)
+
+    cptr, cidx = compressed(c0, c1) if c0 is not None else (None, None)
+    return _launch(
+        compressed(x0, x1), (*compressed(y0, y1), yval), (*compressed(o0, o1), oval),
+        (cptr, cidx, cval), ctype,
+    )  # fmt: skip
+
+
+def _launch(x: tuple, y: tuple, out: tuple, c: tuple, ctype: np.dtype) -> tuple[Any, Any]:
+    """The kernel on compressed arrays: x (indptr, indices), y and out (indptr, indices,
+    values), the cotangent (indptr, indices, values), or (None, None, values on out's
+    pattern); the gradients' values as `ctype`."""
+    pointers = [a for a in (*x, *y[:2], *out[:2], *c[:2]) if a is not None]
+    index = np.result_type(*(a.dtype for a in pointers))
+
+    def idx(a: Any) -> Any:
+        return cupy.ascontiguousarray(a.astype(index, copy=False))
+
+    def values(a: Any) -> Any:
+        return cupy.ascontiguousarray(a.astype(ctype, copy=False))
+
     kernel = _kernel(ctype.name, index.name)
-    yval = y.data.astype(ctype, copy=False)
-    oval = out.data.astype(ctype, copy=False)
-    if dout is None:
-        cptr, cidx = arrays[id(cotangent)]
-        cval = cotangent.data.astype(ctype, copy=False)
-    else:
-        null = np.uint64(0)
-        cptr, cidx, cval = null, null, dout.astype(ctype, copy=False)
-    optr, oidx = arrays[id(out)]
-    yptr, yidx = arrays[id(y)]
-    rows = np.int64(out.indptr.shape[0] - 1)
+    yptr, yidx, yval = idx(y[0]), idx(y[1]), values(y[2])
+    optr, oidx, oval = idx(out[0]), idx(out[1]), values(out[2])
+    null = np.uint64(0)
+    cptr, cidx = (idx(c[0]), idx(c[1])) if c[0] is not None else (null, null)
+    cval = values(c[2])
+    rows = np.int64(optr.shape[0] - 1)
     grads = []
-    for a, own in ((x, None), (y, yval)):
-        ptr, idx = arrays[id(a)]
-        n = int(idx.shape[0])
+    for ptr, ind, own in ((idx(x[0]), idx(x[1]), None), (yptr, yidx, yval)):
+        n = int(ind.shape[0])
         g = cupy.empty(n, dtype=ctype)
         if n:
             blocks = grid_1d(-(-n // GRAD_RUN), THREADS, _BLOCKS_PER_SM * multiprocessors())
-            args = (ptr, idx, np.int64(n), rows, own if own is not None else np.uint64(0),
+            args = (ptr, ind, np.int64(n), rows, own if own is not None else null,
                     yptr, yidx, yval, optr, oidx, oval, cptr, cidx, cval, g)  # fmt: skip
             kernel((blocks,), (THREADS,), args)
         grads.append(g)

@@ -4,6 +4,8 @@ device (and stream), block by block for hybrid tensors.
 
 Positions are the sparse positions of the tensors (`_torch_layout`), keyed row-major (int64)
 and looked up among out's keys (coalesced COO, or CSR: sorted, unique) by binary search.
+CUDA matrices (CSR, or coalesced COO, without dense dimensions) go to the CuPy kernel of
+`_cupyx_grad` instead, through DLPack on PyTorch's current stream.
 Each gradient has its operand's layout and stored structure (a COO operand's indices as it
 stores them, coalesced or not; a CSR operand's row pointers and columns), a dense divisor's
 gradient is dense, a 0-d tensor divisor's a 0-d tensor on its device, and a Python number
@@ -13,6 +15,8 @@ divisor gets none.
 import sys
 from typing import Any
 
+from .._lib import _torch as _bridge
+from .._lib._dispatch import Engines
 from .._lib._names import type_name
 from . import _torch_layout as layout
 from ._torch import _scalar as scalar_divisor
@@ -43,9 +47,9 @@ def _search(keys: Any, queries: Any) -> Any:
     return _torch().searchsorted(keys, queries)
 
 
-def _cotangent_at(cotangent: Any, out: Any, coords: Any, keys: Any, ctype: Any) -> Any:
-    """The cotangent's values (blocks) at out's sparse positions (`coords`, `keys`), as
-    `ctype`; TypeError naming `cotangent` for anything but a tensor of out's shape."""
+def _check_cotangent(cotangent: Any, ctype: Any) -> None:
+    """TypeError naming `cotangent` for anything but a tensor of a dtype that can be the
+    cotangent of a quotient of dtype `ctype`."""
     torch = _torch()
     if not isinstance(cotangent, torch.Tensor):
         msg = f"the cotangent of sparse.divide must be a PyTorch tensor, got {type_name(cotangent)}"
@@ -59,6 +63,12 @@ def _cotangent_at(cotangent: Any, out: Any, coords: Any, keys: Any, ctype: Any) 
             f"got {cotangent.dtype}"
         )
         raise TypeError(msg)
+
+
+def _cotangent_at(cotangent: Any, out: Any, coords: Any, keys: Any, ctype: Any) -> Any:
+    """The cotangent's values (blocks) at out's sparse positions (`coords`, `keys`), as
+    `ctype` (checked by `_check_cotangent`)."""
+    torch = _torch()
     if cotangent.layout == torch.strided:
         return cotangent[tuple(coords)].to(ctype)
     if cotangent.layout not in (torch.sparse_coo, torch.sparse_csr):
@@ -93,6 +103,10 @@ def backward(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any]:
     and `_vjp`)."""
     torch = _torch()
     ctype = out.dtype
+    _check_cotangent(cotangent, ctype)
+    fast = _on_gpu(x, y, out, cotangent)
+    if fast is not None:
+        return fast
     shape = layout.sparse_shape(out)
     o_coords, o = layout.coords(out)
     o_keys = layout.ravel(o_coords, shape)
@@ -121,6 +135,70 @@ def backward(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any]:
     at_y = _search(o_keys, layout.ravel(y_raw, shape))
     dx = dout[at_x] / yu[at_x].conj()
     dy = -dout[at_y] * (o[at_y] / yu[at_y]).conj()
+    return _like(x, _cast(dx, _grad_dtype(x, ctype))), _like(y, _cast(dy, _grad_dtype(y, ctype)))
+
+
+# ---- CUDA tensors of two sparse dimensions: the CuPy kernel of the compressed rule ---------------
+
+
+def _no_engine(*args: Any) -> Any:  # pragma: no cover - only CUDA tensors are handed over
+    msg = "the kernel of sparse.divide's backward runs on CuPy arrays only"
+    raise NotImplementedError(msg)
+
+
+_GRAD_ENGINES = Engines(
+    __package__,
+    numpy=_no_engine,
+    cupy="._cupyx_grad:divide_grad",
+    dask=_no_engine,
+    generic=_no_engine,
+)
+
+
+def _structure(a: Any) -> tuple[Any, Any] | None:
+    """(row pointers, columns) of a 2-D CSR tensor, ((2, n) indices, None) of a coalesced
+    2-D COO tensor (both sorted row-major without repeats); None for other tensors."""
+    torch = _torch()
+    if a.ndim != 2 or a.dense_dim() != 0:
+        return None
+    if a.layout == torch.sparse_csr:
+        return a.crow_indices(), a.col_indices()
+    if a.layout == torch.sparse_coo and a.is_coalesced():
+        return a.indices(), None
+    return None
+
+
+def _on_gpu(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any] | None:
+    """``(dx, dy)`` by the CuPy kernel of `_cupyx_grad` (one launch a gradient, no sorting
+    or searching of keys) for CUDA matrices: x, y and out CSR or coalesced COO without dense
+    dimensions, the cotangent one of those or a dense tensor; None for anything else."""
+    torch = _torch()
+    ctype = out.dtype
+    if (
+        not isinstance(y, torch.Tensor)
+        or x.device.type != "cuda"
+        or ctype not in (torch.float32, torch.float64, torch.complex64, torch.complex128)
+        or any(a.device != x.device for a in (y, out, cotangent))
+    ):
+        return None
+    parts = [_structure(a) for a in (x, y, out)]
+    if cotangent.layout == torch.strided:
+        if cotangent.ndim != 2:
+            return None
+        o_coords, _ = layout.coords(out)
+        c, c_values = (None, None), cotangent[tuple(o_coords)]  # values on out's pattern
+    else:
+        c = _structure(cotangent)
+        if c is None:
+            return None
+        c_values = cotangent.values()
+    if any(p is None for p in parts):
+        return None
+    (x0, x1), (y0, y1), (o0, o1) = parts
+    dx, dy = _bridge.on_device(
+        _GRAD_ENGINES, x.device, x0, x1, y0, y1, y.values(), o0, o1, out.values(),
+        c[0], c[1], c_values, tuple(out.shape), str(ctype).removeprefix("torch."),
+    )  # fmt: skip
     return _like(x, _cast(dx, _grad_dtype(x, ctype))), _like(y, _cast(dy, _grad_dtype(y, ctype)))
 
 
