@@ -181,23 +181,23 @@ def _on_gpu(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any] | None:
         or any(a.device != x.device for a in (y, out, cotangent))
     ):
         return None
-    parts = [_structure(a) for a in (x, y, out)]
+    xs, ys, os_ = (_structure(a) for a in (x, y, out))
+    if xs is None or ys is None or os_ is None:
+        return None
     if cotangent.layout == torch.strided:
         if cotangent.ndim != 2:
             return None
         o_coords, _ = layout.coords(out)
-        c, c_values = (None, None), cotangent[tuple(o_coords)]  # values on out's pattern
+        c0, c1, c_values = None, None, cotangent[tuple(o_coords)]  # values on out's pattern
     else:
         c = _structure(cotangent)
         if c is None:
             return None
-        c_values = cotangent.values()
-    if any(p is None for p in parts):
-        return None
-    (x0, x1), (y0, y1), (o0, o1) = parts
+        (c0, c1), c_values = c, cotangent.values()
+    (x0, x1), (y0, y1), (o0, o1) = xs, ys, os_
     dx, dy = _bridge.on_device(
         _GRAD_ENGINES, x.device, x0, x1, y0, y1, y.values(), o0, o1, out.values(),
-        c[0], c[1], c_values, tuple(out.shape), str(ctype).removeprefix("torch."),
+        c0, c1, c_values, tuple(out.shape), str(ctype).removeprefix("torch."),
     )  # fmt: skip
     return _like(x, _cast(dx, _grad_dtype(x, ctype))), _like(y, _cast(dy, _grad_dtype(y, ctype)))
 
