@@ -253,7 +253,7 @@ def test_python_int_divisor_past_int64(y):
 @pytest.mark.parametrize("dout_kind", ["dense", "csr", "coo", "uncoalesced"])
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
 @pytest.mark.parametrize("layout", ["coo", "csr"])
-def test_matrices(device, layout, dtype, dout_kind):
+def test_matrices(device, layout, dtype, dout_kind, monkeypatch):
     """Coalesced COO and CSR matrices (on CUDA, the compressed kernel): rows longer than a
     warp, empty rows (the first and the last), rows of one operand only, stored zeros (inf and
     nan), each kind of cotangent."""
@@ -277,6 +277,17 @@ def test_matrices(device, layout, dtype, dout_kind):
         t = torch.sparse_coo_tensor(idx, values, shape, is_coalesced=coalesced).to(device)
         return t.to_sparse_csr() if kind == "csr" else t
 
+    from xpops.sparse import _vjp_torch
+
+    kernel = []
+    on_gpu = _vjp_torch._on_gpu
+
+    def spied(*args):
+        grads = on_gpu(*args)
+        kernel.append(grads is not None)
+        return grads
+
+    monkeypatch.setattr(_vjp_torch, "_on_gpu", spied)
     xe, ye = entries([1, 3, 4, 5, 17, 30], 900), entries([3, 4, 5, 17, 22, 38], 900)
     xs = tensor(xe, layout).requires_grad_(True)
     ys = tensor(ye, layout).requires_grad_(True)
@@ -310,3 +321,5 @@ def test_matrices(device, layout, dtype, dout_kind):
     if not complex_:
         assert np.isinf(want_x).any()
         assert np.isnan(want_y).any() or np.isinf(want_y).any()
+    # CUDA matrices take the kernel, but for an uncoalesced cotangent
+    assert kernel == [device == "cuda" and dout_kind != "uncoalesced"]

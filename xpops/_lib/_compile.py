@@ -26,7 +26,10 @@ def compiling(*arrays: Any) -> bool:
             # without reading sys.modules
             import torch
 
-            return bool(torch.compiler.is_compiling())
+            # TorchDynamo's tracing only: torch.export also sets is_compiling while it runs the
+            # function for real, and the function must then run, not call itself again
+            dynamo = getattr(torch.compiler, "is_dynamo_compiling", torch.compiler.is_compiling)
+            return bool(dynamo())
     return False
 
 

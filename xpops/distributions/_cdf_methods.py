@@ -90,7 +90,7 @@ class CdfMethods(State):
         if compiling(value, lower_limit, *self._args):
             kwargs = {"lower_limit": lower_limit, "abseps": abseps, "releps": releps}
             kwargs |= {"maxpts": maxpts, "rng": rng, "return_error": return_error}
-            return untraced(type(self).cdf)(self, value, **kwargs)
+            return untraced(CdfMethods.cdf)(self, value, **kwargs)
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         return dispatch(
             self._serving(value), self._cdf_engines, self, value, lower_limit, options, False
@@ -140,7 +140,7 @@ class CdfMethods(State):
         if compiling(value, lower_limit, *self._args):
             kwargs = {"lower_limit": lower_limit, "abseps": abseps, "releps": releps}
             kwargs |= {"maxpts": maxpts, "rng": rng, "return_error": return_error}
-            return untraced(type(self).logcdf)(self, value, **kwargs)
+            return untraced(CdfMethods.logcdf)(self, value, **kwargs)
         options = self._cdf_options(abseps, releps, maxpts, rng, return_error)
         return dispatch(
             self._serving(value), self._cdf_engines, self, value, lower_limit, options, True

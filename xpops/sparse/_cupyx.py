@@ -29,7 +29,7 @@ from .._lib._dtypes import INT32_MAX
 from ._common import quotient_dtype
 from ._cupyx_coo import coo_kernels
 from ._cupyx_fill import fill_kernels
-from ._cupyx_kernels import CHUNK, ITEMS, RUN, THREADS
+from ._cupyx_kernels import BLOCKS_PER_SM, CHUNK, ITEMS, RUN, THREADS
 from ._cupyx_match import match_kernels
 
 __all__ = [
@@ -43,7 +43,6 @@ __all__ = [
 ]
 
 SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
-BLOCKS_PER_SM = 32  # grid-stride kernels: enough resident blocks to fill the device
 
 
 def _grid(n: int) -> tuple[int]:
@@ -223,6 +222,9 @@ def _in_layout(a: Any, columns: bool, dtype: np.dtype) -> Any:
         a = a.tocsc() if columns else a.tocsr()  # DIA has no repeated positions
     if columns:
         if a.format == "csc":
+            # cupyx's check asked of `a` itself, whose answer it keeps there (the backward
+            # reads it), then carried over to the transposed view
+            a.has_canonical_format  # noqa: B018
             return _canonical_csr(_transposed(a), dtype)
         if a.format == "csr" and a.has_canonical_format:
             return _canonical_csr(_transposed(a.tocsc()), dtype)

@@ -10,7 +10,9 @@ a cotangent) and y (for ``dx``). Rows are sorted, so each lookup moves a cursor 
 the previous one (a step or two, then a binary search); nothing is expanded, sorted or
 scattered, there are no atomics and no host synchronisation, and each gradient value is
 written once, in its operand's stored order. Values absent from a pattern are +0, as in the
-generic rule: the formulas and IEEE results are those of `_vjp`.
+generic rule, and the formulas are those of `_vjp`; complex values are divided by NumPy's
+rule, as in the forward's kernels (the generic CuPy code's division of complex values by zero
+gives NaN where NumPy's gives infinities).
 
 The kernel is bound by instruction issue (the searches), not memory. On an H200, for two
 10^5 x 10^5 float32 operands of 10^7 uniformly placed entries, both launches take 0.49 ms
@@ -24,11 +26,10 @@ import numpy as np
 
 from .._lib._cuda import INDEX_C_TYPES, c_type, grid_1d, multiprocessors
 from .._lib._dtypes import INT32_MAX
-from ._cupyx_kernels import QUOTIENT, THREADS, compile_family
+from ._cupyx_kernels import BLOCKS_PER_SM, QUOTIENT, THREADS, compile_family
 
 __all__ = ["divide_grad", "gradients", "searchable", "takes"]
 
-_BLOCKS_PER_SM = 32  # grid-stride kernel: enough resident blocks to fill the device
 GRAD_RUN = 4  # consecutive entries a thread (see the module docstring)
 _VALUE_DTYPES = ("float32", "float64", "complex64", "complex128")
 
@@ -109,6 +110,7 @@ xpops_sparse_divide_grad(const I* __restrict__ aptr, const I* __restrict__ aidx,
          e0 += stride) {
         const long long e1 = min(e0 + GRAD_RUN, n);
         long long r = row_of(aptr, 0, rows, e0);
+        if (r >= rows) break;  // entries past the last row pointer: none is read or written
         long long row_end = aptr[r + 1];
         oc.start(r); cc.start(r); yc.start(r);
         for (long long e = e0; e < e1; ++e) {
@@ -119,6 +121,7 @@ xpops_sparse_divide_grad(const I* __restrict__ aptr, const I* __restrict__ aidx,
                     step <<= 1;
                 }
                 r = row_of(aptr, lo, min(lo + step, rows), e);
+                if (r >= rows) break;
                 row_end = aptr[r + 1];
                 oc.start(r); cc.start(r); yc.start(r);
             }
@@ -243,7 +246,7 @@ def _launch(x: tuple, y: tuple, out: tuple, c: tuple, ctype: np.dtype) -> tuple[
         n = int(ind.shape[0])
         g = cupy.empty(n, dtype=ctype)
         if n:
-            blocks = grid_1d(-(-n // GRAD_RUN), THREADS, _BLOCKS_PER_SM * multiprocessors())
+            blocks = grid_1d(-(-n // GRAD_RUN), THREADS, BLOCKS_PER_SM * multiprocessors())
             args = (ptr, ind, np.int64(n), rows, own if own is not None else null,
                     yptr, yidx, yval, optr, oidx, oval, cptr, cidx, cval, g)  # fmt: skip
             kernel((blocks,), (THREADS,), args)

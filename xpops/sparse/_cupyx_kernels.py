@@ -43,7 +43,16 @@ and a fourth, `_cupyx_grad`, holds the backward's kernel.
 
 import cupy
 
-__all__ = ["CHUNK", "ITEMS", "QUOTIENT", "RUN", "THREADS", "TILING", "compile_family"]
+__all__ = [
+    "BLOCKS_PER_SM",
+    "CHUNK",
+    "ITEMS",
+    "QUOTIENT",
+    "RUN",
+    "THREADS",
+    "TILING",
+    "compile_family",
+]
 
 # Launch constants. On an H100 (10^5 x 10^5, 10^7 + 10^7 float32 entries), capping registers
 # at 64 (MIN_BLOCKS), staging the tile's rows in shared memory, and int offsets with a per-lane
@@ -56,6 +65,7 @@ CHUNK = 2048  # entries of y a queued chunk of a long run
 SEG_BYTES = 2048  # shared memory a warp for the partner operand's indices of a tile's rows
 ROW_BYTES = 1024  # shared memory a warp for each operand's row pointers of a tile's rows
 MIN_BLOCKS = 4  # resident blocks an SM asked of the compiler (caps registers at 64)
+BLOCKS_PER_SM = 32  # grid-stride kernels: enough resident blocks to fill the device
 
 # x / y with NumPy's semantics, for the kernels of the forward and of the backward (each
 # family's source starts with it).

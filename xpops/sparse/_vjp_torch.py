@@ -188,15 +188,15 @@ def _on_gpu(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any] | None:
         if cotangent.ndim != 2:
             return None
         o_coords, _ = layout.coords(out)
-        c0, c1, c_values = None, None, cotangent[tuple(o_coords)]  # values on out's pattern
+        c0, c1, c_values = None, None, cotangent[tuple(o_coords)].to(ctype)  # on out's pattern
     else:
         c = _structure(cotangent)
         if c is None:
             return None
-        (c0, c1), c_values = c, cotangent.values()
+        (c0, c1), c_values = c, cotangent.values().to(ctype)
     (x0, x1), (y0, y1), (o0, o1) = xs, ys, os_
     dx, dy = _bridge.on_device(
-        _GRAD_ENGINES, x.device, x0, x1, y0, y1, y.values(), o0, o1, out.values(),
+        _GRAD_ENGINES, x.device, x0, x1, y0, y1, y.values().to(ctype), o0, o1, out.values(),
         c0, c1, c_values, tuple(out.shape), str(ctype).removeprefix("torch."),
     )  # fmt: skip
     return _like(x, _cast(dx, _grad_dtype(x, ctype))), _like(y, _cast(dy, _grad_dtype(y, ctype)))
