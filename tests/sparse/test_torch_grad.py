@@ -322,4 +322,4 @@ def test_matrices(device, layout, dtype, dout_kind, monkeypatch):
         assert np.isinf(want_x).any()
         assert np.isnan(want_y).any() or np.isinf(want_y).any()
     # CUDA matrices take the kernel, but for an uncoalesced cotangent
-    assert kernel == [device == "cuda" and dout_kind != "uncoalesced"]
+    assert kernel == [device.type == "cuda" and dout_kind != "uncoalesced"]
