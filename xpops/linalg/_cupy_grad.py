@@ -7,15 +7,15 @@ With ``U = dx`` and ``X = z`` (both (batch, M, K)) and the lower factor ``L``, t
     ``-sum_r (U_ir (X^T L)_rj + X_ir (U^T L)_rj)``,  with  ``(X^T L)_rj = sum_{k >= j} X_kr L_kj``
 
 (the upper case is its transpose, with ``L = u^T``). A thread a column ``j`` of a system
-computes ``(X^T L)_rj`` and ``(U^T L)_rj`` once, CHUNK right-hand sides at a time in
-registers, then every element of its column below the diagonal, and writes the zeros above
-it. Adjacent threads hold adjacent columns, so the reads of ``L`` and the writes of the
-cotangent are contiguous rows (transposed for ``upper``) and the reads of ``U`` and ``X``
-broadcasts. The kernel reads the used triangle of ``u`` (a load only where the product
-needs it; reading every element is about 4x slower at M = 64, K = 8 on an H200), ``dx`` and
-``z`` once and writes the cotangent once, where
-the generic code makes and reads several (batch, M, M) intermediates and runs two batched
-matrix products.
+computes ``(X^T L)_rj`` and ``(U^T L)_rj`` once, ``min(K, CHUNK)`` right-hand sides at a time
+in registers (a kernel compiled for each such count: with K = 1 a kernel for 8 takes about
+twice as long at (10^5, 16, 16) on an H200), then every element of its column below the
+diagonal, and writes the zeros above it. Adjacent threads hold adjacent columns, so the reads
+of ``L`` and the writes of the cotangent are contiguous rows (transposed for ``upper``) and
+the reads of ``U`` and ``X`` broadcasts. The kernel reads the used triangle of ``u`` (a load
+only where the product needs it; reading every element is about 4x slower at M = 64, K = 8
+on an H200), ``dx`` and ``z`` once and writes the cotangent once, where the generic code
+makes and reads several (batch, M, M) intermediates and runs two batched matrix products.
 """
 
 import math
@@ -38,7 +38,8 @@ _CHUNK = 8  # right-hand sides held in registers at a time
 
 
 @cupy.memoize(for_each_device=True)
-def _kernel() -> cupy.ElementwiseKernel:
+def _kernel(chunk: int) -> cupy.ElementwiseKernel:
+    """The kernel that holds `chunk` right-hand sides in registers at a time."""
     return cupy.ElementwiseKernel(
         "raw T U, raw T X, raw T F, int64 M, int64 K, bool upper",
         "raw T dy",
@@ -50,11 +51,11 @@ def _kernel() -> cupy.ElementwiseKernel:
         T* d = &dy[b * M * M];
         // every loop runs over all M rows, predicated, so that the threads of a system read
         // and write one row together (contiguous columns) rather than a diagonal of it
-        for (long long r0 = 0; r0 < K; r0 += {_CHUNK}) {{
-            const long long n = K - r0 < {_CHUNK} ? K - r0 : {_CHUNK};
-            T s[{_CHUNK}], t[{_CHUNK}];  // (X^T L)_(r, col), (U^T L)_(r, col)
+        for (long long r0 = 0; r0 < K; r0 += {chunk}) {{
+            const long long n = K - r0 < {chunk} ? K - r0 : {chunk};
+            T s[{chunk}], t[{chunk}];  // (X^T L)_(r, col), (U^T L)_(r, col)
 #pragma unroll
-            for (int q = 0; q < {_CHUNK}; ++q) {{
+            for (int q = 0; q < {chunk}; ++q) {{
                 s[q] = T(0);
                 t[q] = T(0);
             }}
@@ -62,7 +63,7 @@ def _kernel() -> cupy.ElementwiseKernel:
                 if (k >= col) {{  // the used triangle only: half the factor's bytes read
                     const T l = upper ? f[col * M + k] : f[k * M + col];
 #pragma unroll
-                    for (int q = 0; q < {_CHUNK}; ++q) {{
+                    for (int q = 0; q < {chunk}; ++q) {{
                         if (q < n) {{
                             s[q] += x[k * K + r0 + q] * l;
                             t[q] += u[k * K + r0 + q] * l;
@@ -73,7 +74,7 @@ def _kernel() -> cupy.ElementwiseKernel:
             for (long long row = 0; row < M; ++row) {{
                 T acc = T(0);
 #pragma unroll
-                for (int q = 0; q < {_CHUNK}; ++q) {{
+                for (int q = 0; q < {chunk}; ++q) {{
                     if (q < n) acc += u[row * K + r0 + q] * s[q] + x[row * K + r0 + q] * t[q];
                 }}
                 T* at = &d[upper ? col * M + row : row * M + col];
@@ -85,7 +86,7 @@ def _kernel() -> cupy.ElementwiseKernel:
             }}
         }}
         """,
-        "xpops_cholesky_solve_grad_factor",
+        f"xpops_cholesky_solve_grad_factor_{chunk}",
     )
 
 
@@ -107,5 +108,5 @@ def factor_cotangent(
         return generic_factor_cotangent(dx, z, u, upper, batch)
     dx, z, u = (cupy.ascontiguousarray(a) for a in (dx, z, u))
     dy = cupy.empty((*batch, m, m), dx.dtype)
-    _kernel()(dx, z, u, m, k, upper, dy, size=math.prod(batch) * m)
+    _kernel(min(k, _CHUNK))(dx, z, u, m, k, upper, dy, size=math.prod(batch) * m)
     return dy
