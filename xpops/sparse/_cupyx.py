@@ -31,6 +31,7 @@ from ._cupyx_coo import coo_kernels
 from ._cupyx_fill import fill_kernels
 from ._cupyx_kernels import BLOCKS_PER_SM, CHUNK, ITEMS, RUN, THREADS
 from ._cupyx_match import match_kernels
+from ._host import index_dtype
 
 __all__ = [
     "coo_indices",
@@ -94,7 +95,7 @@ def _summed_csr(a: Any, dtype: np.dtype) -> Any:
         args: tuple[Any, ...] = (vals, order, starts, np.int64(starts.size), np.int64(n), data)
         kernel(_grid(starts.size), (THREADS,), args)
     unique = keys[starts]
-    index = np.int32 if max(nrows, ncols, n) <= INT32_MAX else np.int64
+    index = index_dtype(nrows, ncols, n)
     indptr = cupy.searchsorted(unique // ncols if ncols else unique, cupy.arange(nrows + 1))
     indices = (unique % ncols if ncols else unique).astype(index)
     return _make_csr(data, indices, indptr.astype(index), (nrows, ncols))
@@ -366,8 +367,7 @@ def divide_coo(
     `dtype`, one or a block of them an entry): `divide_csr` between `csr_of_coo` and
     `coo_indices`, PyTorch's 2-D COO tensors in one hand-over."""
     rows, ncols = shape
-    fits = max(int(xc.shape[1]) + int(yc.shape[1]), ncols, rows + 1) <= INT32_MAX
-    index = np.int32 if fits else np.int64
+    index = index_dtype(int(xc.shape[1]) + int(yc.shape[1]), ncols, rows + 1)
     (xptr, xidx), (yptr, yidx) = csr_of_coo(xc, rows, index), csr_of_coo(yc, rows, index)
     indptr, indices, data = divide_csr(xptr, xidx, xv, yptr, yidx, yv, ncols, dtype)
     return coo_indices(indptr, indices), data

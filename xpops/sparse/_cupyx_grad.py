@@ -25,8 +25,9 @@ import cupy
 import numpy as np
 
 from .._lib._cuda import INDEX_C_TYPES, c_type, grid_1d, multiprocessors
-from .._lib._dtypes import INT32_MAX
 from ._cupyx_kernels import BLOCKS_PER_SM, QUOTIENT, THREADS, compile_family
+from ._host import index_dtype
+from ._views import known_canonical
 
 __all__ = ["divide_grad", "gradients", "searchable", "takes"]
 
@@ -152,12 +153,6 @@ def _kernel(dtype_name: str, index_name: str) -> cupy.RawKernel:
     return compile_family(source, {"grad": f"xpops_sparse_divide_grad<{t}, {i}>"})["grad"]
 
 
-def _canonical(a: Any) -> bool:
-    """Whether cupyx has found compressed matrix `a` canonical (its cached check only: asking
-    anew would synchronise; the forward leaves the answer on its operands and result)."""
-    return getattr(a, "_has_canonical_format", None) is True
-
-
 def takes(x: Any, y: Any, out: Any) -> bool:
     """Whether the kernel takes these residuals: cupyx matrices of one compressed format (x's
     format is out's), all canonical, of a floating or complex quotient."""
@@ -167,14 +162,14 @@ def takes(x: Any, y: Any, out: Any) -> bool:
         and x.format == fmt
         and getattr(y, "format", None) == fmt
         and np.dtype(out.dtype).name in _VALUE_DTYPES
-        and all(_canonical(a) for a in (x, y, out))
+        and all(known_canonical(a) for a in (x, y, out))
     )
 
 
 def searchable(cotangent: Any, out: Any) -> bool:
     """Whether the kernel looks the values of sparse `cotangent` up itself: a canonical cupyx
     matrix of out's format (checked to be one of the library's matrices by the caller)."""
-    return getattr(cotangent, "format", None) == out.format and _canonical(cotangent)
+    return getattr(cotangent, "format", None) == out.format and known_canonical(cotangent)
 
 
 def gradients(x: Any, y: Any, out: Any, cotangent: Any, dout: Any, ctype: np.dtype) -> tuple:
@@ -207,12 +202,12 @@ def divide_grad(
     ctype = np.dtype(dtype_name)
     rows, ncols = shape
     sizes = [a.shape[-1] for a in (x0, y0, o0, c0) if a is not None and a.ndim == 2]
-    fits = max([*sizes, rows + 1, ncols]) <= INT32_MAX
+    index = index_dtype(*sizes, rows + 1, ncols)
 
     def compressed(a0: Any, a1: Any) -> tuple[Any, Any]:
         if a1 is not None:
             return a0, a1
-        return csr_of_coo(a0, rows, np.int32 if fits else np.int64)
+        return csr_of_coo(a0, rows, index)
 
     cptr, cidx = compressed(c0, c1) if c0 is not None else (None, None)
     return _launch(

@@ -18,7 +18,7 @@ import numpy as np
 from ._common import PYDATA, SCIPY
 from ._host import rows_of
 
-__all__ = ["View", "key_axes", "like", "view"]
+__all__ = ["View", "key_axes", "known_canonical", "like", "view"]
 
 # SciPy formats whose gradient is a CSR on the pattern SciPy's tocsr() gives them (cupyx has
 # DIA too): the pattern the forward divided.
@@ -32,6 +32,12 @@ class View(NamedTuple):
     data: Any
     ordered: bool  # sorted in the key order it was viewed in, no repeated positions
     like: Callable[[Any], Any]  # an operand of the same class and structure holding values
+
+
+def known_canonical(a: Any) -> bool:
+    """Whether cupyx has found compressed matrix `a` canonical: the answer cupyx cached only
+    (asking anew synchronises; the forward's check leaves it on its operands and result)."""
+    return getattr(a, "_has_canonical_format", None) is True
 
 
 def key_axes(a: Any) -> tuple[int, ...]:
@@ -84,11 +90,7 @@ def view(kind: str, xp: ModuleType, a: Any, axes: tuple[int, ...]) -> View:
         coords = (major, a.indices) if fmt == "csr" else (a.indices, major)
         # cupyx's check of a CSR or CSC matrix synchronises: on the GPU only the answer cupyx
         # cached is read (the forward's check leaves it on the operands)
-        canonical = (
-            bool(a.has_canonical_format)
-            if kind == SCIPY
-            else getattr(a, "_has_canonical_format", None) is True
-        )
+        canonical = bool(a.has_canonical_format) if kind == SCIPY else known_canonical(a)
         ordered = canonical and axes == key_axes(a)
     return View(coords, a.data, ordered, lambda data: like(kind, a, data))
 

@@ -188,7 +188,7 @@ def _on_gpu(x: Any, y: Any, out: Any, cotangent: Any) -> tuple[Any, Any] | None:
         if cotangent.ndim != 2:
             return None
         o_coords, _ = layout.coords(out)
-        c0, c1, c_values = None, None, cotangent[tuple(o_coords)].to(ctype)  # on out's pattern
+        c0, c1, c_values = None, None, _cotangent_at(cotangent, out, o_coords, None, ctype)
     else:
         c = _structure(cotangent)
         if c is None:
