@@ -134,8 +134,8 @@ class CdfMethods(State):
         ``log1p(-Q)`` of the probability outside, ``Q``, computed to a relative error (D = 1
         exactly; D = 2 deterministically; D >= 3 where the union bound puts ``Q`` below 0.01,
         as the sum over coordinates ``i`` of the probability of ``X_i`` outside its interval
-        and the earlier coordinates inside, on the CPU and the GPU), so that ``logcdf(20)`` of
-        a standard normal is -2.75e-89 and not 0.
+        and the coordinates before ``i`` inside, on the CPU and the GPU), so that
+        ``logcdf(20)`` of a standard normal is -2.75e-89 and not 0.
         """
         if compiling(value, lower_limit, *self._args):
             kwargs = {"lower_limit": lower_limit, "abseps": abseps, "releps": releps}
