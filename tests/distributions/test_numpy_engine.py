@@ -26,7 +26,7 @@ def _rtol(dtype):
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 64, 100])
 def test_chunk_edges(monkeypatch, dtype, n):
     """Chunks of 8 points (D = 4): one partial chunk, exactly one, one and a bit, many."""
-    monkeypatch.setattr(engine, "PRODUCT_MAX", 8 * 4 * 4)
+    monkeypatch.setattr(engine, "CHUNK", 8 * 4)
     rng = np.random.default_rng(n)
     loc, cov, value = _case(rng, 4, n, dtype)
     dist = MultivariateNormal(loc.astype(dtype), covariance_matrix=cov.astype(dtype))
@@ -42,7 +42,7 @@ def test_event_sizes_and_value_shapes(d):
     """Several chunks at every D the engine takes (and the general code just above), values
     of any leading shape, a single point giving a 0-d array."""
     rng = np.random.default_rng(d)
-    n = 3 * max(1, engine.PRODUCT_MAX // (d * d)) + 5
+    n = 3 * max(1, engine.CHUNK // d) + 5
     loc, cov, value = _case(rng, d, n)
     dist = MultivariateNormal(loc, covariance_matrix=cov)
     ref = scipy.stats.multivariate_normal(loc, cov)
@@ -70,7 +70,7 @@ def test_batched_distributions_take_the_general_code():
 def test_non_finite_values(monkeypatch, bad, where):
     """A NaN or an infinity anywhere (first chunk, middle, last entry) is refused with
     validate_args, and without gives NaN or -inf at its point only."""
-    monkeypatch.setattr(engine, "PRODUCT_MAX", 8 * 4 * 4)
+    monkeypatch.setattr(engine, "CHUNK", 8 * 4)
     rng = np.random.default_rng(3)
     loc, cov, value = _case(rng, 4, 40)
     value[where] = bad

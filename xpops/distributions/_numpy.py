@@ -4,9 +4,11 @@ The points go through in chunks that stay in the cache: each chunk's ``x - loc``
 with ``L^-T`` (whose rows' sums of squares are the Mahalanobis distances) and those sums are
 written into buffers reused from chunk to chunk, so the points are read from memory once and
 nothing of their size is allocated (SciPy's ``logpdf`` makes three temporaries of that size,
-each written and read again). A chunk's product has at most `PRODUCT_MAX` multiply-adds, which
-OpenBLAS (NumPy's wheels) runs on the calling thread: its threads, asked for the product of
-all the points at once, wait on each other when the cores are shared.
+each written and read again). Every step is one contiguous loop or one BLAS call: ``loc`` is
+tiled to a chunk's length once, so the subtraction is a flat one rather than a broadcast over
+rows of D elements, and the rows' sums of squares are the product of the squares with a vector
+of ones. A chunk of `CHUNK` elements is big enough for OpenBLAS to run its product on two
+threads.
 
 The check of the values (`validate_args`) costs no pass of its own: a point with a NaN or an
 infinity has a non-finite distance (its coordinate ``k`` meets the nonzero diagonal entry
@@ -21,11 +23,10 @@ import numpy as np
 
 from ._common import bad_values
 
-__all__ = ["PRODUCT_MAX", "log_prob_points", "points_engine"]
+__all__ = ["CHUNK", "log_prob_points", "points_engine"]
 
-#: Multiply-adds of a chunk's product: OpenBLAS runs a product of at most 2**18 (its
-#: threshold, 65536 times GEMM_MULTITHREAD_THRESHOLD = 4) on one thread.
-PRODUCT_MAX = 2**18
+#: Elements of a chunk of points (512 KiB of float64, half of one core's L2 cache).
+CHUNK = 2**16
 
 #: Largest event size taken: above it a chunk would hold fewer than 64 points, and the calls
 #: a chunk costs would outweigh its arithmetic.
@@ -54,19 +55,24 @@ def log_prob_points(
     if n == 0:
         return None
     dtype = value.dtype
-    rows = min(n, max(1, PRODUCT_MAX // (d * d)))
+    rows = min(n, max(1, CHUNK // d))
     diff = np.empty((rows, d), dtype=dtype)
     z = np.empty((rows, d), dtype=dtype)
+    flat_diff, flat_z = diff.reshape(-1), z.reshape(-1)
     w = np.ascontiguousarray(linv_t, dtype=dtype)
+    locs = np.tile(np.asarray(loc, dtype=dtype), rows)
+    ones = np.ones(d, dtype=dtype)
     maha = np.empty(n, dtype=dtype)
     # with `check`, a non-finite value is an error, not a warning of the arithmetic on it
     with np.errstate(invalid="ignore", over="ignore") if check else contextlib.nullcontext():
         for start in range(0, n, rows):
             stop = min(start + rows, n)
             k = stop - start
-            np.subtract(points[start:stop], loc, out=diff[:k])
+            m = k * d
+            np.subtract(points[start:stop].reshape(-1), locs[:m], out=flat_diff[:m])
             np.matmul(diff[:k], w, out=z[:k])
-            np.einsum("ij,ij->i", z[:k], z[:k], out=maha[start:stop])
+            np.multiply(flat_z[:m], flat_z[:m], out=flat_diff[:m])
+            np.matmul(diff[:k], ones, out=maha[start:stop])
     if check and not np.isfinite(maha).all() and not np.isfinite(points).all():
         raise ValueError(bad_values("value", tuple(int(s) for s in shape), False))
     # -0.5 * (d * log(2 pi) + maha) - half_log_det, in place
