@@ -2,6 +2,7 @@
 raw driver launch (FastKernel). The module imports CuPy, so all of it needs a CUDA device."""
 
 import ctypes
+import itertools
 import re
 import threading
 
@@ -216,3 +217,33 @@ def test_fast_kernel_first_launch_in_a_fresh_thread(cupy_only, affine):
     thread.join()
     assert not errors, errors
     np.testing.assert_array_equal(out.get(), 3 * np.arange(n) + 4)
+
+
+# ---- scratch --------------------------------------------------------------------------------
+
+
+def test_scratch_buffers_are_aligned_disjoint_and_writable(cupy_only, affine):
+    sizes = (8, 0, 1, 8 * 1000, 24, _cuda.SCRATCH_ALIGN, 8 * 3)
+    owner, addresses = _cuda.scratch(*sizes)
+    assert len(addresses) == len(sizes)
+    base = owner.data.ptr
+    assert all(a % _cuda.SCRATCH_ALIGN == 0 for a in addresses)
+    spans = sorted((a, a + s) for a, s in zip(addresses, sizes, strict=True))
+    assert spans[0][0] >= base
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))  # disjoint
+    assert spans[-1][1] <= base + owner.nbytes
+    kernel = _cuda.FastKernel(affine, "pqiq")
+    owner[...] = 0xAB  # poison
+    for k, (address, size) in enumerate(zip(addresses, sizes, strict=True)):
+        if size >= 8:
+            kernel(_cuda.grid_1d(size // 8, 128), 128, (address, 1, 100 * k, size // 8))
+    host = owner.get()
+    for k, (address, size) in enumerate(zip(addresses, sizes, strict=True)):
+        got = host[address - base : address - base + size // 8 * 8].view(np.int64)
+        np.testing.assert_array_equal(got, 100 * k + np.arange(size // 8))
+
+
+def test_scratch_of_nothing(cupy_only):
+    owner, addresses = _cuda.scratch()
+    assert addresses == []
+    assert owner.nbytes >= 1

@@ -11,9 +11,8 @@ the lower one of the matrix turned by 180 degrees, read backwards.
 from typing import Any
 
 import cupy
-import numpy as np
 
-from .._lib._cuda import INDEX_C_TYPES, grid_1d
+from .._lib._cuda import INDEX_C_TYPES, FastKernel, grid_1d
 from ._layout import TrilLayout, mirrored_offset, tril_layout
 
 #: Threads a block; the block stages 2 * BLOCK * 32 bytes (16 KiB) of output in shared memory.
@@ -109,19 +108,19 @@ xpops_triangle_indices(T* __restrict__ out, const long long n, const long long f
 }
 """
 
-_int64 = np.int64
-_int32 = np.int32
+# FastKernel signature: out, n, first_row, first_count, rect_row, trap_total, row, col, upper
+_SIGNATURE = "pqqqqqqqi"
 
 
 @cupy.memoize(for_each_device=True)
-def _kernel(dtype_name: str) -> cupy.RawKernel:
+def _kernel(dtype_name: str) -> FastKernel:
     name = f"xpops_triangle_indices<{INDEX_C_TYPES[dtype_name]}, {ITEMS[dtype_name]}>"
     module = cupy.RawModule(
         code=_SOURCE,
         options=("-std=c++17", f"-DBLOCK={BLOCK}"),
         name_expressions=[name],
     )
-    return module.get_function(name)
+    return FastKernel(module.get_function(name), _SIGNATURE)
 
 
 def _launch(out: cupy.ndarray, lay: TrilLayout, upper: bool) -> None:
@@ -133,7 +132,7 @@ def _launch(out: cupy.ndarray, lay: TrilLayout, upper: bool) -> None:
     # blocks lies past 2**41 entries, more than a GPU holds
     grid = grid_1d(n, per_block)
     args = (n, lay.first_row, lay.first_count, lay.rect_row, lay.trap_total, lay.row, lay.col)
-    _kernel(name)((grid,), (BLOCK,), (out, *map(_int64, args), _int32(upper)))
+    _kernel(name)(grid, BLOCK, (out.data.ptr, *args, int(upper)))
 
 
 def triangle_indices(

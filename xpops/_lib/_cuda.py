@@ -22,6 +22,7 @@ __all__ = [
     "c_type",
     "grid_1d",
     "multiprocessors",
+    "scratch",
 ]
 
 #: C names of the real floating dtypes, by ``dtype.name``.
@@ -56,6 +57,25 @@ def grid_1d(items: int, per_block: int, max_blocks: int = MAX_GRID_X) -> int:
     """Blocks that cover `items` at `per_block` each, at least one and at most `max_blocks`
     (kernels given fewer blocks than they cover stride over the rest)."""
     return max(1, min(-(-items // per_block), max_blocks))
+
+
+#: Alignment of the buffers that `scratch` hands out.
+SCRATCH_ALIGN = 256
+
+
+def scratch(*sizes: int) -> tuple[cupy.ndarray, list[int]]:
+    """Temporary device buffers of `sizes` bytes in one allocation: (the array that owns their
+    memory, to be held until the kernels that use them are queued; each buffer's address,
+    `SCRATCH_ALIGN`-aligned). For kernels launched by address (`FastKernel`): one allocation
+    costs the host about as much as one ``cupy.empty``, however many buffers it holds."""
+    offsets = []
+    total = 0
+    for size in sizes:
+        offsets.append(total)
+        total += -(-size // SCRATCH_ALIGN) * SCRATCH_ALIGN
+    owner = cupy.empty(max(total, 1), dtype=np.uint8)
+    base = owner.data.ptr
+    return owner, [base + offset for offset in offsets]
 
 
 # The per-thread argument buffer: MAX_ARGS 64-bit slots and the table of their addresses that

@@ -24,7 +24,7 @@ import cupy
 import cupyx.scipy.sparse as csp
 import numpy as np
 
-from .._lib._cuda import grid_1d, multiprocessors
+from .._lib._cuda import grid_1d, multiprocessors, scratch
 from .._lib._dtypes import INT32_MAX
 from ._common import quotient_dtype
 from ._cupyx_coo import coo_kernels
@@ -46,10 +46,15 @@ __all__ = [
 SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
 
 
-def _grid(n: int) -> tuple[int]:
+def _blocks(n: int) -> int:
     """Blocks of THREADS for `n` items, at most BLOCKS_PER_SM a multiprocessor (the kernels
     stride over the rest)."""
-    return (grid_1d(n, THREADS, BLOCKS_PER_SM * multiprocessors()),)
+    return grid_1d(n, THREADS, BLOCKS_PER_SM * multiprocessors())
+
+
+def _grid(n: int) -> tuple[int]:
+    """`_blocks` as a RawKernel's grid."""
+    return (_blocks(n),)
 
 
 def _canonical_csr(a: Any, dtype: np.dtype) -> Any:
@@ -141,39 +146,40 @@ def _union(xc: Any, yc: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
 
     if nx == 0:  # the pattern of y, 0 / y
         return _values(None, 0, yc.data, 1, 0, ny, dtype), yidx.copy(), yptr.copy()
-    # Host work before a launch leaves the GPU idle: launch first, allocate the rest after.
     tiles = -(-nx // (32 * ITEMS))
-    n_x, n_y = np.int64(nx), np.int64(ny)
-    first = cupy.empty(tiles, dtype=index)  # the rows of each tile's first and last entries
-    last = cupy.empty(tiles, dtype=index)
     chunks = -(-tiles // (4 * THREADS))  # blocks of `scan`
-    status = cupy.empty(chunks, dtype=np.uint64)  # look-back flags of `scan`
-    counters = cupy.empty(2, dtype=np.uint64)  # block tickets of `scan`, chunks queued by `fill`
-    args: tuple[Any, ...] = (xptr, np.int64(rows), n_x, first, last, status, counters)
-    match["tile_rows"]((-(-max(rows, chunks) // THREADS),), (THREADS,), args)
-    lb = cupy.empty(nx, dtype=index)  # each entry's lower bound in y
-    bits = cupy.empty(tiles * ITEMS, dtype=np.uint32)
-    counts = cupy.empty(tiles, dtype=index)
-    args = (xptr, xidx, yptr, yidx, first, last, n_x, lb, bits, counts)
-    match["match"](_grid(32 * tiles), (THREADS,), args)
-    prefix = cupy.empty(tiles + 1, dtype=index)  # matches in the tiles before each
-    match["scan"]((chunks,), (THREADS,), (counts, np.int64(tiles), prefix, counters, status))
-    queued = counters[1:]
+    runs = 3 * (ny // (RUN + 1) + ny // CHUNK + 1)  # int64 slots of the queue of long runs
+    i = index.itemsize
+    # the temporaries in one allocation: the rows of each tile's first and last entries,
+    # scan's look-back flags, two counters (scan's block tickets, the chunks queued by
+    # `fill`), each entry's lower bound in y, the match bits, the tiles' match counts and
+    # their prefixes, the queue
+    sizes = (tiles * i, tiles * i, chunks * 8, 16, nx * i, tiles * ITEMS * 4, tiles * i)
+    owner, buffers = scratch(*sizes, (tiles + 1) * i, runs * 8)
+    first, last, status, tickets, lb, bits, counts, prefix, queue = buffers
+    queued = tickets + 8
+    p_xptr, p_xidx, p_yptr, p_yidx = (a.data.ptr for a in (xptr, xidx, yptr, yidx))
+    # tile_rows also clears the flags and both counters
+    args: tuple[int, ...] = (p_xptr, rows, nx, first, last, status, tickets)
+    match["tile_rows"](-(-max(rows, chunks) // THREADS), THREADS, args)
+    args = (p_xptr, p_xidx, p_yptr, p_yidx, first, last, nx, lb, bits, counts)
+    match["match"](_blocks(32 * tiles), THREADS, args)
+    match["scan"](chunks, THREADS, (counts, tiles, prefix, tickets, status))
     indptr = cupy.empty(rows + 1, dtype=index)
-    args = (xptr, yptr, bits, prefix, np.int64(rows), n_x, indptr)
-    match["indptr"]((-(-(rows + 1) // THREADS),), (THREADS,), args)
-    queue = cupy.empty(3 * (ny // (RUN + 1) + ny // CHUNK + 1), dtype=np.int64)
+    args = (p_xptr, p_yptr, bits, prefix, rows, nx, indptr.data.ptr)
+    match["indptr"](-(-(rows + 1) // THREADS), THREADS, args)
     # The result is written into buffers of the largest possible size, nx + ny, so that every
     # kernel is queued before the one host synchronisation: sized exactly after it, the GPU
     # would idle while the host allocates them and launches the last two kernels.
     indices = cupy.empty(nx + ny, dtype=index)
     data = cupy.empty(nx + ny, dtype=dtype)
-    cap = np.int32(SLOTS_CAP)
-    args = (xidx, xc.data, yidx, yc.data, lb, bits, prefix, n_x, n_y, cap, indices, data, queued)
-    args += (queue,)
-    fill["fill"](_grid(32 * tiles), (THREADS,), args)
-    args = (yidx, yc.data, queued, queue, indices, data)
-    fill["runs"]((BLOCKS_PER_SM * multiprocessors(),), (THREADS,), args)
+    p_xdat, p_ydat, p_indices, p_data = (a.data.ptr for a in (xc.data, yc.data, indices, data))
+    args = (p_xidx, p_xdat, p_yidx, p_ydat, lb, bits, prefix, nx, ny, SLOTS_CAP)
+    args += (p_indices, p_data, queued, queue)
+    fill["fill"](_blocks(32 * tiles), THREADS, args)
+    args = (p_yidx, p_ydat, queued, queue, p_indices, p_data)
+    fill["runs"](BLOCKS_PER_SM * multiprocessors(), THREADS, args)
+    del owner  # every kernel using the temporaries is queued (the pool reuses in stream order)
     nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
     if nnz < (nx + ny) // 2:  # do not keep more than twice the memory the result needs
         return data[:nnz].copy(), indices[:nnz].copy(), indptr
@@ -354,8 +360,8 @@ def csr_of_coo(coords: Any, rows: int, index: Any) -> tuple[Any, Any]:
         return cupy.zeros(rows + 1, dtype=index), cupy.empty(0, dtype=index)
     indptr, indices = cupy.empty(rows + 1, dtype=index), cupy.empty(n, dtype=index)
     kernel = coo_kernels(np.dtype(index).name)["csr_of_coo"]
-    blocks = grid_1d(max(n, rows + 1), THREADS, BLOCKS_PER_SM * multiprocessors())
-    kernel((blocks,), (THREADS,), (coords, np.int64(n), np.int64(rows), indptr, indices))
+    args = (coords.data.ptr, n, rows, indptr.data.ptr, indices.data.ptr)
+    kernel(_blocks(max(n, rows + 1)), THREADS, args)
     return indptr, indices
 
 
@@ -384,5 +390,5 @@ def coo_indices(indptr: Any, indices: Any) -> Any:
     if n:
         kernel = coo_kernels(indices.dtype.name)["coo_indices"]
         blocks = grid_1d(32 * rows, THREADS, BLOCKS_PER_SM * multiprocessors())
-        kernel((blocks,), (THREADS,), (indptr, indices, np.int64(rows), np.int64(n), out))
+        kernel(blocks, THREADS, (indptr.data.ptr, indices.data.ptr, rows, n, out.data.ptr))
     return out

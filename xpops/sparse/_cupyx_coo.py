@@ -66,4 +66,4 @@ def coo_kernels(index_name: str) -> dict[str, Any]:
         "csr_of_coo": f"xpops_sparse_csr_of_coo<{i}>",
         "coo_indices": f"xpops_sparse_coo_indices<{i}>",
     }
-    return compile_family(_SOURCE, names)
+    return compile_family(_SOURCE, names, {"csr_of_coo": "pqqpp", "coo_indices": "ppqqp"})

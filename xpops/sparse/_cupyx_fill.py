@@ -4,6 +4,8 @@ bits, the queued long runs of `y`, and the helpers ``sum_runs`` and ``values``. 
 value and index dtype.
 """
 
+from typing import Any
+
 import cupy
 
 from .._lib._cuda import INDEX_C_TYPES, c_type
@@ -269,8 +271,13 @@ __global__ void xpops_sparse_divide_values(const T* __restrict__ a, const T a_va
 )
 
 
+# FastKernel signatures (p pointer, q 64-bit, i 32-bit integer) of the kernels launched on every
+# division; ``values`` and ``sum_runs`` take values (and launch as RawKernels)
+_SIGNATURES = {"fill": "pppppppqqipppp", "runs": "pppppp"}
+
+
 @cupy.memoize(for_each_device=True)
-def fill_kernels(dtype_name: str, index_name: str) -> dict[str, cupy.RawKernel]:
+def fill_kernels(dtype_name: str, index_name: str) -> dict[str, Any]:
     """``fill``, ``runs``, ``values`` and ``sum_runs`` for values of `dtype_name` and indices
     of `index_name`, compiled on first use for the current device."""
     t, i = c_type(dtype_name, "complex"), INDEX_C_TYPES[index_name]
@@ -280,4 +287,4 @@ def fill_kernels(dtype_name: str, index_name: str) -> dict[str, cupy.RawKernel]:
         "values": f"xpops_sparse_divide_values<{t}>",
         "sum_runs": f"xpops_sparse_sum_runs<{t}>",
     }
-    return compile_family(_SOURCE, names)
+    return compile_family(_SOURCE, names, _SIGNATURES)

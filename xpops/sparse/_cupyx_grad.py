@@ -145,12 +145,14 @@ xpops_sparse_divide_grad(const I* __restrict__ aptr, const I* __restrict__ aidx,
 
 
 @cupy.memoize(for_each_device=True)
-def _kernel(dtype_name: str, index_name: str) -> cupy.RawKernel:
+def _kernel(dtype_name: str, index_name: str) -> Any:
     """The kernel for values of `dtype_name` and indices of `index_name`, compiled on first
     use for the current device."""
     t, i = c_type(dtype_name, "complex"), INDEX_C_TYPES[index_name]
     source = f"#define GRAD_RUN {GRAD_RUN}\n" + _SOURCE
-    return compile_family(source, {"grad": f"xpops_sparse_divide_grad<{t}, {i}>"})["grad"]
+    names = {"grad": f"xpops_sparse_divide_grad<{t}, {i}>"}
+    # aptr, aidx, n, rows, own, then y, out and the cotangent (indptr, indices, values), grad
+    return compile_family(source, names, {"grad": "ppqqppppppppppp"})["grad"]
 
 
 def takes(x: Any, y: Any, out: Any) -> bool:
@@ -232,18 +234,19 @@ def _launch(x: tuple, y: tuple, out: tuple, c: tuple, ctype: np.dtype) -> tuple[
     kernel = _kernel(ctype.name, index.name)
     yptr, yidx, yval = idx(y[0]), idx(y[1]), values(y[2])
     optr, oidx, oval = idx(out[0]), idx(out[1]), values(out[2])
-    null = np.uint64(0)
-    cptr, cidx = (idx(c[0]), idx(c[1])) if c[0] is not None else (null, null)
+    cptr, cidx = (idx(c[0]), idx(c[1])) if c[0] is not None else (None, None)
     cval = values(c[2])
-    rows = np.int64(optr.shape[0] - 1)
+    rows = int(optr.shape[0]) - 1
+    partners = (yptr, yidx, yval, optr, oidx, oval, cptr, cidx, cval)
+    shared = tuple(0 if a is None else a.data.ptr for a in partners)
     grads = []
     for ptr, ind, own in ((idx(x[0]), idx(x[1]), None), (yptr, yidx, yval)):
         n = int(ind.shape[0])
         g = cupy.empty(n, dtype=ctype)
         if n:
             blocks = grid_1d(-(-n // GRAD_RUN), THREADS, BLOCKS_PER_SM * multiprocessors())
-            args = (ptr, ind, np.int64(n), rows, own if own is not None else null,
-                    yptr, yidx, yval, optr, oidx, oval, cptr, cidx, cval, g)  # fmt: skip
-            kernel((blocks,), (THREADS,), args)
+            own_ptr = 0 if own is None else own.data.ptr
+            args = (ptr.data.ptr, ind.data.ptr, n, rows, own_ptr, *shared, g.data.ptr)
+            kernel(blocks, THREADS, args)
         grads.append(g)
     return grads[0], grads[1]

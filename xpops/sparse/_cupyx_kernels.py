@@ -41,7 +41,11 @@ module, `_cupyx_coo`, converts PyTorch's COO coordinates to and from CSR arrays 
 and a fourth, `_cupyx_grad`, holds the backward's kernel.
 """
 
+from typing import Any
+
 import cupy
+
+from .._lib._cuda import FastKernel
 
 __all__ = [
     "BLOCKS_PER_SM",
@@ -117,8 +121,17 @@ _OPTIONS = (
 )
 
 
-def compile_family(source: str, names: dict[str, str]) -> dict[str, cupy.RawKernel]:
+def compile_family(
+    source: str, names: dict[str, str], signatures: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The kernels `names` (key: name expression) of one family's `source`, compiled with the
-    launch constants for the current device."""
+    launch constants for the current device: a `FastKernel` where `signatures` gives the
+    key's parameters (``_cuda.FastKernel``'s letters; kernels of pointers and integers
+    only), a ``cupy.RawKernel`` otherwise."""
     module = cupy.RawModule(code=source, options=_OPTIONS, name_expressions=list(names.values()))
-    return {key: module.get_function(name) for key, name in names.items()}
+    signatures = signatures or {}
+    kernels: dict[str, Any] = {}
+    for key, name in names.items():
+        kernel = module.get_function(name)
+        kernels[key] = FastKernel(kernel, signatures[key]) if key in signatures else kernel
+    return kernels

@@ -3,6 +3,8 @@ entry of `x`, its lower bound in `y` and whether `y` stores it too, then the til
 prefixes and the union's row pointers. Index arrays only: compiled per index dtype.
 """
 
+from typing import Any
+
 import cupy
 
 from .._lib._cuda import INDEX_C_TYPES
@@ -295,8 +297,12 @@ __global__ void xpops_sparse_divide_indptr(const I* __restrict__ xptr, const I* 
 )
 
 
+# FastKernel signatures (p pointer, q 64-bit integer), one letter a kernel parameter
+_SIGNATURES = {"tile_rows": "pqqpppp", "match": "ppppppqppp", "scan": "pqppp", "indptr": "ppppqqp"}
+
+
 @cupy.memoize(for_each_device=True)
-def match_kernels(index_name: str) -> dict[str, cupy.RawKernel]:
+def match_kernels(index_name: str) -> dict[str, Any]:
     """``tile_rows``, ``match``, ``scan`` and ``indptr`` for indices of `index_name`, compiled
     on first use for the current device."""
     i = INDEX_C_TYPES[index_name]
@@ -306,4 +312,4 @@ def match_kernels(index_name: str) -> dict[str, cupy.RawKernel]:
         "scan": f"xpops_sparse_divide_scan<{i}>",
         "indptr": f"xpops_sparse_divide_indptr<{i}>",
     }
-    return compile_family(_SOURCE, names)
+    return compile_family(_SOURCE, names, _SIGNATURES)
