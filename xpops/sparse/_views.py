@@ -18,7 +18,7 @@ import numpy as np
 from ._common import PYDATA, SCIPY
 from ._host import rows_of
 
-__all__ = ["View", "key_axes", "known_canonical", "like", "view"]
+__all__ = ["View", "compressed", "key_axes", "known_canonical", "like", "view"]
 
 # SciPy formats whose gradient is a CSR on the pattern SciPy's tocsr() gives them (cupyx has
 # DIA too): the pattern the forward divided.
@@ -38,6 +38,31 @@ def known_canonical(a: Any) -> bool:
     """Whether cupyx has found compressed matrix `a` canonical: the answer cupyx cached only
     (asking anew synchronises; the forward's check leaves it on its operands and result)."""
     return getattr(a, "_has_canonical_format", None) is True
+
+
+def compressed(
+    cls: Any, data: Any, indices: Any, indptr: Any, shape: tuple[int, int], flags_of: Any = None
+) -> Any:
+    """A cupyx compressed matrix `cls` (csr_matrix, csc_matrix) of its arrays (indices and
+    indptr of one dtype), without the content checks (host synchronisations) of cupyx's
+    constructors: by CuPy's constructor from checked parts where it has one (CuPy 14.2 on an
+    H200 host: 7 us, against 33 for an empty matrix whose arrays are then replaced). cupyx's
+    cached checks (sorted, canonical) are those of `flags_of`; without it, canonical."""
+    from_parts = getattr(cls, "_from_parts", None)
+    if from_parts is not None:
+        out = from_parts(data, indices, indptr, shape)
+    else:
+        out = cls(shape, dtype=data.dtype)
+        out.data, out.indices, out.indptr = data, indices, indptr
+    if flags_of is None:
+        out.has_canonical_format = True
+        return out
+    for flag in ("_has_canonical_format", "_has_sorted_indices"):
+        if hasattr(flags_of, flag):
+            setattr(out, flag, getattr(flags_of, flag))
+        elif hasattr(out, flag):
+            delattr(out, flag)
+    return out
 
 
 def key_axes(a: Any) -> tuple[int, ...]:
@@ -126,18 +151,12 @@ def like(kind: str, a: Any, data: Any, cls: Any = None) -> Any:
             out.row, out.col = coords
         out.has_canonical_format = a.has_canonical_format
         return out
-    # cupyx: an empty operand of the shape given the arrays, since the constructors check
+    if a.format in ("csr", "csc"):
+        return compressed(cls, data, a.indices.copy(), a.indptr.copy(), shape, flags_of=a)
+    # cupyx COO: an empty operand of the shape given the arrays, since the constructors check
     # their contents (host synchronisations)
     out = cls(shape, dtype=data.dtype)
     out.data = data
-    if a.format in ("csr", "csc"):
-        out.indices, out.indptr = a.indices.copy(), a.indptr.copy()
-        for flag in ("_has_canonical_format", "_has_sorted_indices"):  # cupyx's cached checks
-            if hasattr(a, flag):
-                setattr(out, flag, getattr(a, flag))
-            elif hasattr(out, flag):
-                delattr(out, flag)
-        return out
     out.row, out.col = a.row.copy(), a.col.copy()
     out.has_canonical_format = a.has_canonical_format
     return out
