@@ -380,6 +380,7 @@ def coo_indices(indptr: Any, indices: Any) -> Any:
     out = cupy.empty((2, n), dtype=np.int64)
     if n:
         kernel = coo_kernels(indices.dtype.name)["coo_indices"]
-        blocks = grid_1d(32 * rows, THREADS, BLOCKS_PER_SM * multiprocessors())
-        kernel(blocks, THREADS, (indptr.data.ptr, indices.data.ptr, rows, n, out.data.ptr))
+        kernel(
+            _blocks(32 * rows), THREADS, (indptr.data.ptr, indices.data.ptr, rows, n, out.data.ptr)
+        )
     return out
