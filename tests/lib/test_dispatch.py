@@ -11,6 +11,7 @@ import pytest
 
 from xpops._lib import _dispatch
 from xpops._lib._dispatch import (
+    CUDA_ENGINES,
     ENGINE_KINDS,
     OWN_ENGINES,
     Engines,
@@ -166,6 +167,30 @@ def test_own_engines_serve_torch_tensors_by_the_numpy_engine():
     kind, (same,), _ = engines["torch"](integers)
     assert kind == "generic"
     assert same is integers
+
+
+def test_cuda_engines_serve_cpu_tensors_by_the_generic_engine():
+    """`CUDA_ENGINES`: the NumPy engine is never asked; CPU tensors reach the generic engine as
+    they are, with the ``xp`` they came with."""
+    torch = pytest.importorskip("torch")
+
+    def numpy_engine(*args, **kwargs):
+        raise AssertionError("the NumPy engine must not serve tensors")
+
+    engines = Engines(
+        __package__,
+        numpy=numpy_engine,
+        cupy=numpy_engine,
+        dask=_generic_engine,
+        generic=_generic_engine,
+        torch=CUDA_ENGINES,
+    )
+    t = torch.ones(3)
+    kind, (same, flag), kwargs = engines["torch"](t, True, xp=torch)
+    assert kind == "generic"
+    assert same is t
+    assert flag is True
+    assert kwargs["xp"] is torch
 
 
 @pytest.mark.parametrize("spec", ["._slow", "._slow:", "_slow.engine"])

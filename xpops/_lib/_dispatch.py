@@ -6,7 +6,8 @@ namespace (sparse matrices) names the engine kind itself, with ``dispatch_kind``
 is a callable or a ``"module:attribute"`` string relative to the op's package; strings are
 imported on first use, so CuPy and Dask (and the op's kernels) load only when an array of
 theirs arrives. PyTorch tensors go to an op's ``torch`` engine: `OWN_ENGINES` serves them with
-the op's own NumPy and CuPy engines (`._torch`); an op without one serves them generically.
+the op's own NumPy and CuPy engines (`._torch`), `CUDA_ENGINES` only CUDA tensors with its
+CuPy engine (others generically); an op without one serves them generically.
 JAX arrays go to an op's ``jax`` engine, which delegates to JAX's own operations where they
 meet the contract (array-api-extra's anatomy); an op without one serves them generically.
 """
@@ -20,6 +21,7 @@ from . import _compat
 from ._typing import Namespace
 
 __all__ = [
+    "CUDA_ENGINES",
     "ENGINE_KINDS",
     "OWN_ENGINES",
     "Engines",
@@ -37,6 +39,11 @@ ENGINE_KINDS = ("numpy", "cupy", "dask", "torch", "jax", "generic")
 #: The ``torch`` engine that runs an op's own engines on tensors (`._torch.bridge`): its NumPy
 #: engine for CPU tensors and its CuPy engine for CUDA tensors, by DLPack without copies.
 OWN_ENGINES = "own engines"
+#: A ``torch`` engine: the op's CuPy engine for CUDA tensors (as `OWN_ENGINES`), its generic
+#: engine on the tensors themselves for the rest. For an op whose NumPy engine is its generic
+#: code: handing CPU tensors to NumPy would only add the hand-over, and OpenBLAS's threads,
+#: which contend with PyTorch's for the same cores.
+CUDA_ENGINES = "cuda engines"
 
 Engine = Callable[..., Any] | str
 
@@ -87,7 +94,8 @@ class Engines:
         to `package` (``"._cupy:logcumsumexp"``), imported on first use.
     torch : callable or str, optional
         The engine of PyTorch tensors, as the others, or `OWN_ENGINES` (the op's NumPy and CuPy
-        engines on the tensors' memory, `generic` where they cannot take them). Default:
+        engines on the tensors' memory, `generic` where they cannot take them), or
+        `CUDA_ENGINES` (its CuPy engine for CUDA tensors, `generic` for the rest). Default:
         `generic`.
     jax : callable or str, optional
         The engine of JAX arrays (concrete or traced: it runs under ``jax.jit``, ``jax.vmap``
@@ -117,7 +125,7 @@ class Engines:
             "generic": generic,
         }
         # a torch engine of the op's own (not the generic one): kept out of torch.compile's traces
-        self._own_torch = torch is not None and torch != OWN_ENGINES
+        self._own_torch = torch is not None and torch not in (OWN_ENGINES, CUDA_ENGINES)
         self._resolved: dict[str, Callable[..., Any]] = {}
 
     def __getitem__(self, kind: str) -> Callable[..., Any]:
@@ -125,10 +133,10 @@ class Engines:
         engine = self._resolved.get(kind)
         if engine is None:
             spec = self._spec[kind]
-            if spec == OWN_ENGINES:
+            if spec in (OWN_ENGINES, CUDA_ENGINES):
                 from . import _torch  # imports neither PyTorch nor CuPy
 
-                engine = _torch.bridge(self)
+                engine = _torch.bridge(self, cpu=spec == OWN_ENGINES)
             elif kind == "torch" and self._own_torch:
                 from . import _torch
 

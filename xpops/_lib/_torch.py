@@ -1,5 +1,5 @@
 """PyTorch tensors on xpops' own engines: the ``torch`` engine of tables that name
-`._dispatch.OWN_ENGINES`.
+`._dispatch.OWN_ENGINES` (or `._dispatch.CUDA_ENGINES`: CUDA tensors only).
 
 CPU tensors run the op's NumPy engine on NumPy views of their memory (``numpy.from_dlpack``),
 CUDA tensors the op's CuPy engine on CuPy views (``cupy.from_dlpack``), and the result comes
@@ -32,15 +32,16 @@ _MAX_STREAMS = 64  # CuPy stream objects kept for PyTorch's streams, by (device,
 _STREAMS: dict[tuple[int, int], Any] = {}
 
 
-def bridge(engines: Any) -> Callable[..., Any]:
-    """The ``torch`` engine of `engines` (an `Engines` table): its NumPy engine for CPU tensors,
-    its CuPy engine for CUDA tensors, its generic engine for the rest (see the module
-    docstring). It takes the arguments of the table's engines; tensors among the positional
-    and keyword arguments are handed over, an ``xp`` keyword becomes the engine's namespace."""
+def bridge(engines: Any, cpu: bool = True) -> Callable[..., Any]:
+    """The ``torch`` engine of `engines` (an `Engines` table): its NumPy engine for CPU tensors
+    (with `cpu`), its CuPy engine for CUDA tensors, its generic engine for the rest (see the
+    module docstring). It takes the arguments of the table's engines; tensors among the
+    positional and keyword arguments are handed over, an ``xp`` keyword becomes the engine's
+    namespace."""
 
     def engine(*args: Any, **kwargs: Any) -> Any:
         kind, index = engine_for((*args, *kwargs.values()))
-        if kind == "numpy":
+        if kind == "numpy" and cpu:
             return opaque(_on_numpy)(engines["numpy"], args, kwargs)
         if kind == "cupy":
             return opaque(_on_cupy)(engines["cupy"], index, args, kwargs)

@@ -18,7 +18,7 @@ Every quantity goes through ``L``, one path for the three parametrizations:
 import math
 
 from .._lib import _compat
-from .._lib._dispatch import OWN_ENGINES, Engines, dispatch
+from .._lib._dispatch import CUDA_ENGINES, Engines, dispatch
 from .._lib._typing import Array, Namespace
 from ..linalg._triangular import solve_triangular
 from ._common import shape_of
@@ -133,14 +133,14 @@ def generic_log_prob_grads(
 
 
 # CuPy (and PyTorch's CUDA tensors, by DLPack): the fused kernel for one distribution (it
-# falls back to the generic code itself)
+# falls back to the generic code itself); PyTorch's CPU tensors: the generic code on them
 _LOG_PROB_GRADS = Engines(
     __package__,
     numpy=generic_log_prob_grads,
     cupy="._cupy:log_prob_grads",
     dask=generic_log_prob_grads,
     generic=generic_log_prob_grads,
-    torch=OWN_ENGINES,
+    torch=CUDA_ENGINES,
 )
 
 

@@ -35,11 +35,11 @@ def _solve_torch(b: Array, a: Array, lower: bool, conj_trans: bool) -> Array:
             _solve_torch(b[..., i : i + step], a, lower, conj_trans) for i in range(0, k, step)
         ]
         return torch.cat(parts, dim=-1)
+    # the solution in LAPACK's column-major layout, as PyTorch returns it: a solve that takes
+    # it solves in place of a copy of it, with no transposition
     if conj_trans:
-        out = torch.linalg.solve_triangular(a.mH, b, upper=lower)
-    else:
-        out = torch.linalg.solve_triangular(a, b, upper=not lower)
-    return out.contiguous()
+        return torch.linalg.solve_triangular(a.mH, b, upper=lower)
+    return torch.linalg.solve_triangular(a, b, upper=not lower)
 
 
 def solve_triangular(b: Array, a: Array, lower: bool, conj_trans: bool, *, xp: Namespace) -> Array:
@@ -67,9 +67,12 @@ def solve_triangular(b: Array, a: Array, lower: bool, conj_trans: bool, *, xp: N
 
 
 def cholesky_solve(x: Array, y: Array, upper: bool, *, xp: Namespace) -> Array:
-    """Two triangular solves: ``y y^H`` (or ``y^H y`` if `upper`) ``X = x``."""
+    """Two triangular solves: ``y y^H`` (or ``y^H y`` if `upper`) ``X = x``; C-contiguous (a
+    tensor's solution comes column-major from PyTorch's solve)."""
     if upper:
         z = solve_triangular(x, y, False, True, xp=xp)
-        return solve_triangular(z, y, False, False, xp=xp)
-    z = solve_triangular(x, y, True, False, xp=xp)
-    return solve_triangular(z, y, True, True, xp=xp)
+        out = solve_triangular(z, y, False, False, xp=xp)
+    else:
+        z = solve_triangular(x, y, True, False, xp=xp)
+        out = solve_triangular(z, y, True, True, xp=xp)
+    return out.contiguous() if is_torch_namespace(xp) else out
