@@ -137,6 +137,19 @@ def test_torch_engine_defaults_to_the_generic_one(engine_package):
     assert own["torch"](1) == ("slow", (1,), {})
 
 
+def _tensor_engines(numpy_engine, torch_spec):
+    """A table whose NumPy and CuPy engines are `numpy_engine`, its torch engine `torch_spec`
+    (`OWN_ENGINES` or `CUDA_ENGINES`), the others `_generic_engine`."""
+    return Engines(
+        __package__,
+        numpy=numpy_engine,
+        cupy=numpy_engine,
+        dask=_generic_engine,
+        generic=_generic_engine,
+        torch=torch_spec,
+    )
+
+
 def test_own_engines_serve_torch_tensors_by_the_numpy_engine():
     torch = pytest.importorskip("torch")
     seen = []
@@ -145,14 +158,7 @@ def test_own_engines_serve_torch_tensors_by_the_numpy_engine():
         seen.append((args, kwargs))
         return args[0] * 2
 
-    engines = Engines(
-        __package__,
-        numpy=numpy_engine,
-        cupy=numpy_engine,
-        dask=_generic_engine,
-        generic=_generic_engine,
-        torch=OWN_ENGINES,
-    )
+    engines = _tensor_engines(numpy_engine, OWN_ENGINES)
     t = torch.ones(3)
     out = engines["torch"](t, True, xp=torch)
     ((view, flag), kwargs) = seen[0]
@@ -177,14 +183,7 @@ def test_cuda_engines_serve_cpu_tensors_by_the_generic_engine():
     def numpy_engine(*args, **kwargs):
         raise AssertionError("the NumPy engine must not serve tensors")
 
-    engines = Engines(
-        __package__,
-        numpy=numpy_engine,
-        cupy=numpy_engine,
-        dask=_generic_engine,
-        generic=_generic_engine,
-        torch=CUDA_ENGINES,
-    )
+    engines = _tensor_engines(numpy_engine, CUDA_ENGINES)
     t = torch.ones(3)
     kind, (same, flag), kwargs = engines["torch"](t, True, xp=torch)
     assert kind == "generic"
