@@ -9,7 +9,7 @@ and a helper no group holds is used by one family only and lives in that family'
   values and their associative `combine`; the float32/float64 `xexp` and `xlog`. Every family.
 * `WARP`: warp shuffles, scans and reductions of pairs and values. Tiles and totals.
 * `FAST_PATH`: whether a run may be summed against one reference, and the rebasing of its
-  outputs onto the prefix before it. Tiles and columns.
+  outputs onto the prefix before it. Tiles, columns and rows.
 * `LOOK_BACK`: the slots of decoupled look-back (`look_back_state` allocates them). Tiles and
   columns.
 * `CHUNKS`: vector loads and stores of chunks of consecutive elements, and a chunk's aggregate

@@ -1,15 +1,16 @@
 """The rows kernel of the CuPy scan: many short rows along the contiguous axis.
 
 A thread a row: the block stages a chunk of columns of its rows through shared memory (loads
-and stores coalesced), each thread scans its row's segment with exact pairwise combines and
-keeps the row's carry in registers from chunk to chunk.
+and stores coalesced), each thread scans its row's segment (on the fast path of `_device`
+where it holds, else with exact pairwise combines) and keeps the row's carry in registers from
+chunk to chunk.
 """
 
 import cupy
 import numpy as np
 
 from ..._lib._cuda import C_TYPES
-from ._device import PAIRS
+from ._device import FAST_PATH, PAIRS
 
 __all__ = ["ROWS_BLOCK", "ROW_CHUNK", "kernel", "scan"]
 
@@ -19,9 +20,11 @@ ROW_CHUNK = {"float32": 32, "float64": 16}  # columns staged at once: 17 KiB of 
 _SOURCE = r"""
 // ---- rows: many rows of up to a few thousand elements, a thread per row --------------------
 // The block stages CHUNK columns of ROWS_BLOCK rows in shared memory (each warp loads and
-// stores whole row segments, coalesced), then each thread scans its row's segment with exact
-// pairwise combines, the carry in registers. Rows are padded by one element: the per-row walk
-// is then free of bank conflicts.
+// stores whole row segments, coalesced), then each thread scans its row's segment, the carry
+// in registers: summed against the segment's maximum where no output can underflow against it
+// (the fast path of the tiles kernels: one exp an element and one log an output), else with
+// exact pairwise combines. Rows are padded by one element: the per-row walk is then free of
+// bank conflicts.
 template <typename T, int CHUNK>
 __global__ void __launch_bounds__(ROWS_BLOCK)
 xpops_logcumsumexp_rows(const T* __restrict__ x, T* __restrict__ out, const long long rows,
@@ -61,11 +64,33 @@ xpops_logcumsumexp_rows(const T* __restrict__ x, T* __restrict__ out, const long
         __syncthreads();
         if (tid < nrows) {
             T* row = &buf[tid * STRIDE];
-            for (int j = 0; j < w; ++j) {
-                const T xv = row[j];
-                if (exclusive) row[j] = value(carry);
-                carry = combine(carry, Pair<T>{xv, T(1)});
-                if (!exclusive) row[j] = value(carry);
+            T ref = row[0];
+            for (int j = 1; j < w; ++j) ref = nan_max(ref, row[j]);
+            if (fast_ok(ref, row[0], carry)) {
+                const Rebase<T> f = rebase(carry, ref);
+                const T e0 = xexp(row[0] - ref);
+                const Sole<T> so = sole(carry, row[0], e0);
+                T acc = T(0);
+                for (int j = 0; j < w; ++j) {
+                    const T e = j == 0 ? e0 : xexp(row[j] - ref);
+                    if (exclusive) {
+                        row[j] = j == 0            ? value(carry)
+                                 : (acc == so.s) ? so.out
+                                                 : f.R + xlog(f.a + f.b * acc);
+                        acc += e;
+                    } else {
+                        acc += e;
+                        row[j] = (acc == so.s) ? so.out : f.R + xlog(f.a + f.b * acc);
+                    }
+                }
+                carry = combine(carry, Pair<T>{ref, acc});
+            } else {
+                for (int j = 0; j < w; ++j) {
+                    const T xv = row[j];
+                    if (exclusive) row[j] = value(carry);
+                    carry = combine(carry, Pair<T>{xv, T(1)});
+                    if (!exclusive) row[j] = value(carry);
+                }
             }
         }
         __syncthreads();
@@ -79,7 +104,7 @@ xpops_logcumsumexp_rows(const T* __restrict__ x, T* __restrict__ out, const long
 }
 """
 
-_CODE = PAIRS + _SOURCE
+_CODE = PAIRS + FAST_PATH + _SOURCE
 _OPTIONS = ("-std=c++17", f"-DROWS_BLOCK={ROWS_BLOCK}")
 
 
