@@ -99,6 +99,24 @@ def _kernel_cases():
                 (300, 1),
             ],
         )
+        most = _rows.group_rows_max_len(name)
+        vec = 16 // np.dtype(name).itemsize
+        yield (
+            "group_rows",
+            name,
+            [
+                (9, 1),
+                (17, vec - 1),
+                (5, vec),
+                (33, vec + 1),
+                (3, 16 * vec - 1),
+                (1001, 32 * vec),
+                (7, 32 * vec + 1),
+                (2, most // 2 + 3),
+                (300, most - 1),
+                (4, most),
+            ],
+        )
         yield (
             "columns",
             name,
@@ -144,14 +162,21 @@ def test_kernels_at_boundaries(cupy_only, exclusive, reverse):
             _assert_scan_equal(got.get(), want, atol)
 
 
-@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged", "rows", "columns", "column_blocks"])
+@pytest.mark.parametrize(
+    "kernel", ["tiles", "tiles_staged", "rows", "group_rows", "columns", "column_blocks"]
+)
 def test_kernels_special_values(cupy_only, kernel):
     """NaN, +-inf and jumps of 2000 anywhere in a run take the exact path; results stay exact."""
     from xpops._cumulative import _cupy as cc
 
     cupy = cupy_only
     rng = np.random.default_rng(11)
-    shape = {"tiles": (20000,), "tiles_staged": (20000,), "rows": (200, 70)}.get(kernel, (300, 70))
+    shape = {
+        "tiles": (20000,),
+        "tiles_staged": (20000,),
+        "rows": (200, 70),
+        "group_rows": (200, 70),
+    }.get(kernel, (300, 70))
     axis = 0 if kernel.startswith("column") else len(shape) - 1
     for name in ("float32", "float64"):
         x = (rng.standard_normal(shape) * 10).astype(name)
@@ -214,7 +239,7 @@ def _carry_cases():
     yield (1,), 0
     yield (3 * tile + 5,), 0
     yield (3, 2 * tile + 1), 1
-    yield (cc.ROWS_KERNEL_MIN_ROWS, 5), 1  # rows
+    yield (cc.ROWS_KERNEL_MIN_ROWS, 5), 1  # group_rows
     yield (40, 3, 7), 0  # columns
 
 
@@ -297,6 +322,20 @@ def test_kernel_choice(cupy_only):
     assert choose_kernel((4, 5, 6), 1) == "columns"
 
 
+def test_kernel_choice_by_dtype(cupy_only):
+    """group_rows takes contiguous rows it can hold, however many; longer rows keep the rows
+    and tiles kernels."""
+    from xpops._cumulative._cupy import _kind
+
+    assert _kind((2**20, 64), 1, "float32") == "group_rows"
+    assert _kind((10, 1024), 1, "float32") == "group_rows"
+    assert _kind((2**20,), 0, "float32") == "tiles"
+    assert _kind((2**14, 1000), 1, "float64") == "rows"
+    assert _kind((10, 1000), 1, "float64") == "tiles_staged"
+    assert _kind((2**14, 512), 1, "float64") == "group_rows"
+    assert _kind((8192, 32768), 0, "float32") == "column_blocks"
+
+
 def test_non_contiguous_input_on_gpu(cupy_only):
     cupy = cupy_only
     rng = np.random.default_rng(3)
@@ -323,6 +362,22 @@ def test_long_float32_scan_on_gpu(cupy_only):
     want = cupy.log(cupy.cumsum(cupy.exp(x.astype(np.float64))))
     err = float(cupy.max(cupy.abs(got.astype(np.float64) - want)))
     assert err < 1e-4
+
+
+def test_group_rows_past_2_31_bytes_on_gpu(cupy_only):
+    """group_rows over 2**23 + 3 rows of 65 float32 (more than 2**31 bytes, rows that are not
+    vector-aligned) and 2**23 + 5 rows of 64 (vector rows): rows near the end against a float64
+    cumsum on the GPU."""
+    cupy = cupy_only
+    for rows, L in [(2**23 + 3, 65), (2**23 + 5, 64)]:
+        x = cupy.random.default_rng(6).standard_normal((rows, L), dtype=np.float32)
+        got = xpops.logcumsumexp(x, axis=1)
+        for part in (slice(0, 1000), slice(rows - 1000, rows)):
+            want = cupy.log(cupy.cumsum(cupy.exp(x[part].astype(np.float64)), axis=1))
+            err = float(cupy.max(cupy.abs(got[part].astype(np.float64) - want)))
+            assert err < 1e-5, (rows, L, part)
+        del x, got
+    cupy.get_default_memory_pool().free_all_blocks()
 
 
 @pytest.mark.slow

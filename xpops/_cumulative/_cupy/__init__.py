@@ -1,5 +1,5 @@
-"""CuPy engine of logcumsumexp: five CUDA kernels in three families, chosen by the shape of the
-scan.
+"""CuPy engine of logcumsumexp: six CUDA kernels in three families, chosen by the shape and
+dtype of the scan.
 
 Every kernel scans pairs ``(m, s)`` standing for ``m + log(s)``. A run of consecutive elements
 is summed against one reference, a maximum ``ref``: one ``exp(x - ref)`` per element, plain
@@ -16,8 +16,10 @@ the prefix, is within THRESHOLD (60 in float32, 650 in float64) of ``ref``. Othe
   output written once. float32.
 * ``tiles_staged`` (`_tiles`): the same scheme for float64, the tile copied to shared memory by
   cp.async and scanned there in rolled loops (short code, no registers held by the tile).
-* ``rows`` (`_rows`): many short rows along the contiguous axis: a thread per row, the rows
-  staged through shared memory a chunk of columns at a time, the carry in registers.
+* ``group_rows`` (`_rows`): rows of up to 1024 float32 / 512 float64 elements along the
+  contiguous axis: a group of lanes a row, the row in registers, scanned with warp shuffles.
+* ``rows`` (`_rows`): many longer short rows (float64 up to 1024 elements): a thread per row,
+  the rows staged through shared memory a chunk of columns at a time, the carry in registers.
 * ``column_blocks`` (`_columns`): a strided axis with many columns: a block owns 32 adjacent
   columns for the whole axis, its warps take consecutive runs of rows and the carry moves down
   in registers.
@@ -71,9 +73,12 @@ def choose_kernel(shape: tuple[int, ...], axis: int) -> str:
 
 
 def _kind(shape: tuple[int, ...], axis: int, dtype_name: str) -> str:
-    """The kernel that scans `axis` of a real C-contiguous array: `choose_kernel`'s, with the
-    tiles scheme's staged form where the dtype runs it (TILES_STAGED)."""
+    """The kernel that scans `axis` of a real C-contiguous array: `choose_kernel`'s, with
+    group_rows for contiguous rows it holds (however many rows: a few short rows leave most of
+    a tile idle), and the tiles scheme's staged form where the dtype runs it (TILES_STAGED)."""
     kind = choose_kernel(shape, axis)
+    if kind in ("rows", "tiles") and shape[axis] <= _rows.group_rows_max_len(dtype_name):
+        return "group_rows"
     return "tiles_staged" if kind == "tiles" and TILES_STAGED[dtype_name] else kind
 
 
@@ -152,6 +157,7 @@ def logcumsumexp(
     """Scan `axis` of `x` (float32/float64/complex, ndim >= 1); arguments already validated.
 
     `kernel` (tests and benchmarks only) forces ``"tiles"``, ``"tiles_staged"``, ``"rows"``,
+    ``"group_rows"``,
     ``"columns"`` or ``"column_blocks"``.
     """
     if x.dtype.kind == "c":  # no complex kernel: the log-depth scan in CuPy operations
@@ -172,6 +178,8 @@ def logcumsumexp(
         _columns.scan_column_blocks(x, out, outer, L, inner, exclusive, reverse)
     elif kind == "rows":
         _rows.scan(x, out, outer * inner, L, exclusive, reverse)
+    elif kind == "group_rows":
+        _rows.scan_groups(x, out, outer * inner, L, exclusive, reverse)
     else:
         _tiles.scan(x, out, outer * inner, L, exclusive, reverse, kind)
     return out

@@ -7,13 +7,13 @@ and a helper no group holds is used by one family only and lives in that family'
 
 * `PAIRS`: the ``(m, s)`` pairs every kernel scans, standing for ``m + log(s)``, their special
   values and their associative `combine`; the float32/float64 `xexp` and `xlog`. Every family.
-* `WARP`: warp shuffles, scans and reductions of pairs and values. Tiles and totals.
+* `WARP`: warp shuffles, scans and reductions of pairs and values. Tiles, totals and rows.
 * `FAST_PATH`: whether a run may be summed against one reference, and the rebasing of its
   outputs onto the prefix before it. Tiles, columns and rows.
 * `LOOK_BACK`: the slots of decoupled look-back (`look_back_state` allocates them). Tiles and
   columns.
 * `CHUNKS`: vector loads and stores of chunks of consecutive elements, and a chunk's aggregate
-  from its maximum and its sum against it. Tiles and totals.
+  from its maximum and its sum against it. Tiles, totals and rows.
 """
 
 import cupy
