@@ -329,6 +329,25 @@ def test_kernel_large_against_numpy(cupy_only):
         _check_kernel_against_numpy(cupy_only, 3000, 9000, -1234, upper, np.int32)
 
 
+@pytest.mark.parametrize("name", ["tril_indices", "triu_indices"])
+def test_cupy_fast_path_matches_general_path(cupy_only, name):
+    """Python int arguments take the CuPy fast path (no `dtype`, or NumPy's int32 or int64
+    type); NumPy integer sizes take the general path. Both give NumPy's pairs, in the asked
+    dtype, on the GPU."""
+    cupy = cupy_only
+    fn = getattr(xpops, name)
+    for row, col, offset in [(0, 0, 0), (1, 1, 0), (5, 3, -9), (7, 11, 2), (300, 257, -3)]:
+        want = np.stack(getattr(np, name)(row, offset, col))
+        for dtype in (None, cupy.int32, cupy.int64):
+            fast = fn(row, col, offset, dtype=dtype, xp=cupy)
+            general = fn(np.int64(row), np.int64(col), np.int64(offset), dtype=dtype, xp=cupy)
+            for got in (fast, general):
+                assert isinstance(got, cupy.ndarray)
+                assert got.dtype == (dtype or np.int64)
+                assert got.flags.c_contiguous
+                np.testing.assert_array_equal(got.get(), want.reshape(2, -1))
+
+
 def test_kernel_device_argument(cupy_only):
     out = xpops.tril_indices(5, device=cupy_only.cuda.Device(0), xp=cupy_only)
     assert out.device.id == 0

@@ -138,9 +138,19 @@ def test_fast_path_declines_what_it_does_not_check(kwargs):
 
 
 def test_fast_path_follows_the_default_backend(monkeypatch):
+    """With ``XPOPS_BACKEND=cupy`` the fast path gives CuPy's result, or the general path's
+    RuntimeError where CuPy cannot be used; ``xp=numpy`` still gets NumPy's."""
     from xpops import _backend
 
     monkeypatch.setattr(_backend, "_DEFAULT_BACKEND", "cupy")
     args = {"col": None, "offset": 0, "dtype": None, "device": None, "chunks": None}
-    assert _indexing._fast_path(3, xp=None, upper=False, **args) is None
-    assert _indexing._fast_path(3, xp=np, upper=False, **args) is not None
+    assert isinstance(_indexing._fast_path(3, xp=np, upper=False, **args), np.ndarray)
+    if _backend.cupy_unavailable_reason() is not None:
+        with pytest.raises(RuntimeError, match="CuPy backend was requested"):
+            _indexing._fast_path(3, xp=None, upper=False, **args)
+        with pytest.raises(RuntimeError, match="CuPy backend was requested"):
+            xpops.tril_indices(3)
+    else:
+        got = _indexing._fast_path(3, xp=None, upper=False, **args)
+        assert type(got).__module__.startswith("cupy")
+        np.testing.assert_array_equal(got.get(), np.tril_indices(3))

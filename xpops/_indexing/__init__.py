@@ -72,23 +72,23 @@ def _check_sizes(row: int, col: int, offset: int, upper: bool) -> None:
         raise ValueError(msg)
 
 
-# The fast path takes sizes up to this bound: its triangles' indices and entry counts fit
-# int64 without a check.
+# The fast paths take sizes up to this bound: their triangles' indices and entry counts fit
+# int64, and every index fits int32, without a check.
 _FAST_MAX = 2**31
 _INT64 = np.dtype(np.int64)
+_INT32 = np.dtype(np.int32)
 
 
 def _fast_path(
     row: Any, col: Any, offset: Any, dtype: Any, device: Any, xp: Any, chunks: Any, upper: bool
 ) -> Array | None:
-    """The NumPy engine's result for the common call (Python int sizes and offset, no
-    `dtype`, `device` or `chunks`, NumPy asked for or the default), or None. The general
-    path's checks cost about as much as the engine's work on a small triangle; such a call
-    passes every one of them (the sizes bound every index and the entry count below
+    """The NumPy or CuPy engine's result for the common call (Python int sizes and offset, no
+    `device` or `chunks`, NumPy or CuPy asked for or the default; on NumPy no `dtype`, on CuPy
+    none or NumPy's int32 or int64 type), or None. The general path's checks cost about as much
+    as the engine's work on a small triangle (on a GPU, its host time); such a call passes
+    every one of them (the sizes bound every index and the entry count below 2**31 and
     2**63), and the engine gets the same arguments from either."""
-    if dtype is not None or device is not None or chunks is not None:
-        return None
-    if not (xp is np or (xp is None and _backend.default_backend() == "numpy")):
+    if device is not None or chunks is not None:
         return None
     if col is None:
         col = row
@@ -96,7 +96,20 @@ def _fast_path(
         return None
     if not (0 <= row <= _FAST_MAX and 0 <= col <= _FAST_MAX):
         return None
-    return _numpy.triangle_indices(row, col, min(max(offset, -row), col), upper, _INT64)
+    if xp is None:
+        library = _backend.default_backend()
+    elif xp is np:
+        library = "numpy"
+    else:
+        library = "cupy" if getattr(xp, "__name__", None) == "cupy" else ""
+    offset = min(max(offset, -row), col)
+    if library == "numpy" and dtype is None:
+        return _numpy.triangle_indices(row, col, offset, upper, _INT64)
+    if library == "cupy" and (dtype is None or dtype is np.int64 or dtype is np.int32):
+        _backend.resolve_namespace(xp)  # RuntimeError where CuPy cannot be used, as below
+        engine = _ENGINES["cupy"]
+        return engine(row, col, offset, upper, _INT32 if dtype is np.int32 else _INT64)
+    return None
 
 
 def _triangle_indices(
