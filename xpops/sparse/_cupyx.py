@@ -44,6 +44,7 @@ __all__ = [
     "divide_scalar",
 ]
 
+_INT32 = np.dtype(np.int32)
 SLOTS_CAP = 4 * 32 * ITEMS  # fill: tiles of more slots (long runs inside) go lane by lane
 
 
@@ -96,7 +97,7 @@ def _summed_csr(a: Any, dtype: np.dtype) -> Any:
     starts = cupy.flatnonzero(first)
     data = cupy.empty(starts.size, dtype=dtype)
     if starts.size:
-        kernel = fill_kernels(dtype.name, "int32")["sum_runs"]
+        kernel = fill_kernels(dtype, _INT32)["sum_runs"]
         vals = a.data.astype(dtype, copy=False)
         args: tuple[Any, ...] = (vals, order, starts, np.int64(starts.size), np.int64(n), data)
         kernel(_grid(starts.size), (THREADS,), args)
@@ -126,7 +127,7 @@ def _values(a, a_value, b, b_step, b_value, n, dtype) -> cupy.ndarray:
             np.int64(n),
             out,
         )
-        fill_kernels(dtype.name, "int32")["values"](_grid(n), (THREADS,), args)
+        fill_kernels(dtype, _INT32)["values"](_grid(n), (THREADS,), args)
     return out
 
 
@@ -134,14 +135,15 @@ def _union(xc: Any, yc: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
     """(data, indices, indptr) of xc / yc, two canonical CSR matrices (or `_Arrays`) of one
     shape and of `dtype`, on the union of their patterns; the index dtype is the wider of
     theirs."""
-    index = np.promote_types(xc.indices.dtype, yc.indices.dtype)
+    xi, yi = xc.indices.dtype, yc.indices.dtype
+    index = xi if xi == yi else np.promote_types(xi, yi)
     xptr, xidx, yptr, yidx = (
         a if a.dtype == index else a.astype(index)
         for a in (xc.indptr, xc.indices, yc.indptr, yc.indices)
     )
     rows = xc.shape[0]
     nx, ny = int(xidx.size), int(yidx.size)
-    match, fill = match_kernels(index.name), fill_kernels(dtype.name, index.name)
+    match, fill = match_kernels(index), fill_kernels(dtype, index)
 
     if nx == 0:  # the pattern of y, 0 / y
         return _values(None, 0, yc.data, 1, 0, ny, dtype), yidx.copy(), yptr.copy()

@@ -7,6 +7,7 @@ value and index dtype.
 from typing import Any
 
 import cupy
+import numpy as np
 
 from .._lib._cuda import INDEX_C_TYPES, c_type
 from ._cupyx_kernels import QUOTIENT, TILING, compile_family
@@ -277,10 +278,11 @@ _SIGNATURES = {"fill": "pppppppqqipppp", "runs": "pppppp"}
 
 
 @cupy.memoize(for_each_device=True)
-def fill_kernels(dtype_name: str, index_name: str) -> dict[str, Any]:
-    """``fill``, ``runs``, ``values`` and ``sum_runs`` for values of `dtype_name` and indices
-    of `index_name`, compiled on first use for the current device."""
-    t, i = c_type(dtype_name, "complex"), INDEX_C_TYPES[index_name]
+def fill_kernels(dtype: np.dtype, index: np.dtype) -> dict[str, Any]:
+    """``fill``, ``runs``, ``values`` and ``sum_runs`` for values of `dtype` and indices of
+    dtype `index`, compiled on first use for the current device (keyed by the dtypes, as
+    `match_kernels`)."""
+    t, i = c_type(dtype.name, "complex"), INDEX_C_TYPES[index.name]
     names = {
         "fill": f"xpops_sparse_divide_fill<{t}, {i}>",
         "runs": f"xpops_sparse_divide_runs<{t}, {i}>",
