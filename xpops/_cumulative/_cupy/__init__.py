@@ -157,8 +157,7 @@ def logcumsumexp(
     """Scan `axis` of `x` (float32/float64/complex, ndim >= 1); arguments already validated.
 
     `kernel` (tests and benchmarks only) forces ``"tiles"``, ``"tiles_staged"``, ``"rows"``,
-    ``"group_rows"``,
-    ``"columns"`` or ``"column_blocks"``.
+    ``"group_rows"``, ``"columns"`` or ``"column_blocks"``.
     """
     if x.dtype.kind == "c":  # no complex kernel: the log-depth scan in CuPy operations
         return log_depth_scan(x, axis, exclusive, reverse, _compat.array_namespace(x))
