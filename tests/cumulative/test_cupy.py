@@ -104,14 +104,19 @@ def _kernel_cases():
         yield (
             "group_rows",
             name,
+            # lengths around the lane groups' and rounds' sizes, rows around a block's
             [
                 (9, 1),
                 (17, vec - 1),
                 (5, vec),
                 (33, vec + 1),
+                (65, 2 * vec),
+                (11, 2 * vec + 1),
+                (129, 8 * vec + 1),
                 (3, 16 * vec - 1),
                 (1001, 32 * vec),
                 (7, 32 * vec + 1),
+                (6, 64 * vec + 1),
                 (2, most // 2 + 3),
                 (300, most - 1),
                 (4, most),

@@ -22,8 +22,10 @@ __all__ = [
     "GROUP_ROWS_ITEMS",
     "GROUP_ROWS_MAX_ROUNDS",
     "GROUP_ROWS_MIN_BLOCKS",
+    "GROUP_ROWS_RUN",
     "ROWS_BLOCK",
     "ROW_CHUNK",
+    "group_kernel",
     "group_layout",
     "group_rows_max_len",
     "kernel",
@@ -34,14 +36,18 @@ __all__ = [
 ROWS_BLOCK = 128  # rows per block of the rows kernel
 ROW_CHUNK = {"float32": 32, "float64": 16}  # columns staged at once: 17 KiB of shared memory
 # group_rows: threads a block and blocks an SM (at most 64 registers); rounds of chunks a lane
-# holds of a row, at most; elements a lane loads before it scans (U rows of ROUNDS chunks of VEC
-# elements). Measured on an H200, share of the copy rate, (2**20, 64) / (2**22, 16) /
-# (2**18, 257) / (16384, 1024) float32: 62 / 56 / 63 / 41%; 32 elements a lane 57 / 52 / 54 /
-# 40%, and 41 / 36 / 47 / 29% at two blocks an SM; 128 threads and eight blocks 65 / 57 / 53 /
-# 33%. The rows kernel: 53-59 / 31-33 / 29-31 / 18-19%.
+# holds of a row, at most; chunks of a row a lane holds, at least, where the row has them (fewer
+# lanes a row: fewer shuffles and checks an element); elements a lane loads before it scans
+# (U rows of ROUNDS chunks of VEC elements). Measured on an H200, share of the copy rate,
+# float32 rows of 16 / 63 / 64 / 100 / 257 / 1024 and float64 rows of 64 / 512: 51 / 66 / 62 /
+# 50 / 62 / 41 and 41 / 35%; one chunk a lane 55 / 53 / 58 / 44 / 54 / 37 and 39 / 32%; four
+# 32 / 33 / 62 / 55 / 62 / 41 and 45 / 35%; 32 float32 elements a lane 55 / 51 / 52 / 44 / 54 / 36
+# and 35 / 33%; two blocks an SM 10-16 points less. The rows kernel: 34 / 38 / 61 / 37 / 31 /
+# 19 and 37 / 31%.
 GROUP_ROWS_BLOCK = 256
 GROUP_ROWS_MIN_BLOCKS = 4
 GROUP_ROWS_MAX_ROUNDS = 8
+GROUP_ROWS_RUN = 2
 GROUP_ROWS_ITEMS = {"float32": 16, "float64": 8}
 
 _SOURCE = r"""
@@ -332,34 +338,24 @@ def group_rows_max_len(dtype_name: str) -> int:
 
 def group_layout(L: int, dtype_name: str) -> tuple[int, int, int]:
     """(G, ROUNDS, U) of group_rows for rows of length `L`: the fewest lanes (a power of two up
-    to 32) that hold a row in at most GROUP_ROWS_MAX_ROUNDS chunks each, the rounds rounded up
-    to a power of two, and as many rows a lane as fill GROUP_ROWS_ITEMS elements."""
+    to 32) that hold a row in GROUP_ROWS_RUN chunks each, at most GROUP_ROWS_MAX_ROUNDS, the
+    rounds rounded up to a power of two, and as many rows a lane as fill GROUP_ROWS_ITEMS
+    elements."""
     vec = VECTOR[dtype_name]
     chunks = -(-L // vec)
-    lanes = min(32, 1 << (chunks - 1).bit_length())
+    lanes = min(32, 1 << (-(-chunks // GROUP_ROWS_RUN) - 1).bit_length())
     rounds = 1 << (-(-chunks // lanes) - 1).bit_length()
     return lanes, rounds, max(1, GROUP_ROWS_ITEMS[dtype_name] // (rounds * vec))
 
 
-def _group_names(dtype_name: str) -> dict[tuple[int, int], str]:
-    t = C_TYPES[dtype_name]
-    vec = VECTOR[dtype_name]
-    names = {}
-    for lanes in (1, 2, 4, 8, 16, 32):
-        for rounds in (1, 2, 4, 8):
-            if rounds > GROUP_ROWS_MAX_ROUNDS or (rounds > 1 and lanes < 32):
-                continue  # a row of fewer than 32 lanes fits in one round
-            u = max(1, GROUP_ROWS_ITEMS[dtype_name] // (rounds * vec))
-            names[lanes, rounds] = f"xpops_logcumsumexp_group_rows<{t}, {lanes}, {rounds}, {u}>"
-    return names
-
-
 @cupy.memoize(for_each_device=True)
-def group_kernels(dtype_name: str) -> dict[tuple[int, int], cupy.RawKernel]:
-    """The group_rows kernels of `dtype_name` by (G, ROUNDS), compiled together on first use."""
-    names = _group_names(dtype_name)
-    module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=list(names.values()))
-    return {key: module.get_function(name) for key, name in names.items()}
+def group_kernel(dtype_name: str, lanes: int, rounds: int) -> cupy.RawKernel:
+    """The group_rows kernel of `dtype_name` for rows held by `lanes` lanes in `rounds` rounds,
+    compiled for the current device on first use."""
+    u = max(1, GROUP_ROWS_ITEMS[dtype_name] // (rounds * VECTOR[dtype_name]))
+    name = f"xpops_logcumsumexp_group_rows<{C_TYPES[dtype_name]}, {lanes}, {rounds}, {u}>"
+    module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
+    return module.get_function(name)
 
 
 def scan_groups(
@@ -373,7 +369,7 @@ def scan_groups(
     align = 16
     vector = L % vec == 0 and x.data.ptr % align == 0 and out.data.ptr % align == 0
     rows_a_block = GROUP_ROWS_BLOCK // lanes * u
-    group_kernels(name)[lanes, rounds](
+    group_kernel(name, lanes, rounds)(
         (-(-rows // rows_a_block),),
         (GROUP_ROWS_BLOCK,),
         (
