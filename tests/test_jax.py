@@ -363,6 +363,41 @@ def test_mvn_cdf_gradient_of_the_matrix_is_refused():
         jax.grad(lambda m: MultivariateNormal(jnp.zeros(2), m).cdf(jnp.ones(2)))(cov2)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_mvn_log_prob_at_many_points(dtype):
+    """One distribution at many points (the JAX engine compiled as one program): against
+    SciPy's ``logpdf`` in float64, the distribution's dtype kept, eager and under ``jax.jit``;
+    a non-finite point anywhere is refused on concrete arrays."""
+    from scipy.stats import multivariate_normal
+
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((5, 5))
+    cov = a @ a.T / 5 + np.eye(5)
+    loc = rng.standard_normal(5)
+    values = rng.standard_normal((4, 300, 5)) * 2
+    want = multivariate_normal(loc, cov).logpdf(values)
+    d = MultivariateNormal(jnp.asarray(loc, dtype=dtype), jnp.asarray(cov, dtype=dtype))
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for got in (
+        d.log_prob(jnp.asarray(values, dtype=dtype)),
+        jax.jit(d.log_prob)(jnp.asarray(values, dtype=dtype)),
+    ):
+        assert got.dtype == dtype
+        assert got.shape == (4, 300)
+        np.testing.assert_allclose(to_numpy(got), want, rtol=tol, atol=tol)
+    for bad in (np.nan, np.inf, -np.inf):
+        v = values.copy()
+        v[3, 299, 4] = bad
+        with pytest.raises(ValueError, match="must be finite"):
+            d.log_prob(jnp.asarray(v, dtype=dtype))
+    unchecked = MultivariateNormal(jnp.asarray(loc), jnp.asarray(cov), validate_args=False)
+    v = values.copy()
+    v[0, 0, 0] = np.inf
+    out = to_numpy(unchecked.log_prob(jnp.asarray(v)))
+    assert out[0, 0] == -np.inf
+    np.testing.assert_allclose(out[1:], want[1:], rtol=1e-12, atol=1e-12)
+
+
 def test_value_checks_are_skipped_under_a_trace():
     loc, cov = jnp.asarray(LOC), jnp.asarray(COV)
     bad = jnp.asarray([np.nan, 0.0, 0.0])

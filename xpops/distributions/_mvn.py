@@ -301,7 +301,8 @@ class MultivariateNormal(CdfMethods, Properties):
     def _log_prob(self, value: Any) -> Array:
         xp = self._xp
         fused = self._fused_kernels()
-        # NumPy's engine of one distribution at many points (`_numpy`), where it takes it
+        # NumPy's or JAX's engine of one distribution at many points (`_numpy`, `_jax`), where
+        # it takes it
         points = None if fused is not None else dispatch(xp, _POINTS, self._batch_shape, self._d)
         value = self._value(value, "value", check_values=fused is None and points is None)
         if fused is not None:
@@ -526,13 +527,15 @@ _NORMAL = Engines(
 _FUSED = Engines(
     __package__, numpy=_no_kernels, cupy="._cupy:kernels_for", dask=_no_kernels, generic=_no_kernels
 )
-# NumPy's log_prob of one distribution at many points, where it takes the batch and D
+# NumPy's and JAX's log_prob of one distribution at many points, where they take the batch
+# and D
 _POINTS = Engines(
     __package__,
     numpy="._numpy:points_engine",
     cupy=_no_kernels,
     dask=_no_kernels,
     generic=_no_kernels,
+    jax="._jax:points_engine",
 )
 
 
