@@ -301,8 +301,8 @@ class MultivariateNormal(CdfMethods, Properties):
     def _log_prob(self, value: Any) -> Array:
         xp = self._xp
         fused = self._fused_kernels()
-        # NumPy's or JAX's engine of one distribution at many points (`_numpy`, `_jax`), where
-        # it takes it
+        # NumPy's or JAX's engine of one distribution at many points (this package's `_numpy`
+        # and `_jax` modules), where it takes it
         points = None if fused is not None else dispatch(xp, _POINTS, self._batch_shape, self._d)
         value = self._value(value, "value", check_values=fused is None and points is None)
         if fused is not None:
