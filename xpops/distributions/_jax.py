@@ -7,14 +7,14 @@ of a single flag. Run op by op, the same arithmetic is a dispatch and a pass ove
 for each step. The product asks for full float32 precision (``Precision.HIGHEST``): XLA may
 otherwise run a float32 product on a GPU in TF32. Under a JAX trace the check is skipped, as
 every check of values is (its answer is not known while tracing).
+
+Importing this module does not import JAX: the program is built once a JAX array exists.
 """
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
-
-import jax
-import jax.numpy as jnp
 
 from .._lib._compat import is_traced
 from ._common import bad_values
@@ -30,12 +30,19 @@ def points_engine(batch: tuple[int, ...], d: int) -> Any:
     return log_prob_points if not batch and d >= 1 else None
 
 
-@functools.partial(jax.jit, static_argnums=4)
-def _log_prob(value: Any, loc: Any, linv_t: Any, half_log_det: Any, check: bool) -> Any:
-    d = value.shape[-1]
-    z = jnp.matmul(value - loc, linv_t, precision=jax.lax.Precision.HIGHEST)
-    out = -0.5 * (d * _LOG_2PI + jnp.sum(z * z, axis=-1)) - half_log_det
-    return out, (jnp.all(jnp.isfinite(value)) if check else True)
+@functools.cache
+def _program() -> Callable[..., Any]:
+    """The compiled log densities and, with `check` (static), whether every value is finite."""
+    import jax
+    import jax.numpy as jnp
+
+    def log_prob(value: Any, loc: Any, linv_t: Any, half_log_det: Any, check: bool) -> Any:
+        d = value.shape[-1]
+        z = jnp.matmul(value - loc, linv_t, precision=jax.lax.Precision.HIGHEST)
+        out = -0.5 * (d * _LOG_2PI + jnp.sum(z * z, axis=-1)) - half_log_det
+        return out, (jnp.all(jnp.isfinite(value)) if check else True)
+
+    return jax.jit(log_prob, static_argnums=4)
 
 
 def log_prob_points(value: Any, loc: Any, linv_t: Any, half_log_det: Any, check: bool) -> Any:
@@ -45,7 +52,7 @@ def log_prob_points(value: Any, loc: Any, linv_t: Any, half_log_det: Any, check:
     `check`: ``ValueError`` for non-finite values of concrete arrays."""
     if value.size == 0:
         return None
-    out, finite = _log_prob(value, loc, linv_t, half_log_det, check)
+    out, finite = _program()(value, loc, linv_t, half_log_det, check)
     if check and not is_traced(finite) and not bool(finite):
         raise ValueError(bad_values("value", tuple(int(s) for s in value.shape), False))
     return out
