@@ -349,10 +349,9 @@ def group_layout(L: int, dtype_name: str) -> tuple[int, int, int]:
 
 
 @cupy.memoize(for_each_device=True)
-def group_kernel(dtype_name: str, lanes: int, rounds: int) -> cupy.RawKernel:
+def group_kernel(dtype_name: str, lanes: int, rounds: int, u: int) -> cupy.RawKernel:
     """The group_rows kernel of `dtype_name` for rows held by `lanes` lanes in `rounds` rounds,
-    compiled for the current device on first use."""
-    u = max(1, GROUP_ROWS_ITEMS[dtype_name] // (rounds * VECTOR[dtype_name]))
+    `u` rows a lane (`group_layout`), compiled for the current device on first use."""
     name = f"xpops_logcumsumexp_group_rows<{C_TYPES[dtype_name]}, {lanes}, {rounds}, {u}>"
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
     return module.get_function(name)
@@ -369,7 +368,7 @@ def scan_groups(
     align = 16
     vector = L % vec == 0 and x.data.ptr % align == 0 and out.data.ptr % align == 0
     rows_a_block = GROUP_ROWS_BLOCK // lanes * u
-    group_kernel(name, lanes, rounds)(
+    group_kernel(name, lanes, rounds, u)(
         (-(-rows // rows_a_block),),
         (GROUP_ROWS_BLOCK,),
         (
