@@ -437,6 +437,117 @@ def test_cupy_plumbing(fake_cupy, monkeypatch, ptr):
     assert len(_torch._STREAMS) == (ptr != 0)  # a stream object made once, the null one never
 
 
+@pytest.fixture
+def handed_over(fake_cupy, monkeypatch):
+    """The autograd binding's hand-over to CuPy (`xpops._autodiff._torch`), run on CPU tensors:
+    the binding takes them for CUDA tensors that CuPy sees, and the stand-in CuPy's arrays are
+    NumPy views (the rule runs on NumPy's engines). Returns the devices of the hand-overs, in
+    order."""
+    from xpops._autodiff import _torch as autograd
+
+    engine_for = _torch.engine_for
+
+    def as_cuda(values):
+        kind, index = engine_for(values)
+        return ("cupy", 3) if kind == "numpy" else (kind, index)
+
+    monkeypatch.setattr(autograd, "engine_for", as_cuda)
+    sys.modules["cupy"].random = types.SimpleNamespace(Generator=type("Generator", (), {}))
+    monkeypatch.setattr(_torch, "_raw_stream_getter", lambda: lambda index: 0)
+    monkeypatch.setattr(_torch, "_cupy_view", _torch._numpy_view)
+    monkeypatch.setattr(_torch, "_from_cupy", lambda out, stream: _torch._from_numpy(out))
+    runs = []
+    run_on_cupy = _torch._run_on_cupy
+
+    def spy(index, run):
+        def on_device(view):
+            runs.append(fake_cupy["device"])
+            return run(view)
+
+        return run_on_cupy(index, on_device)
+
+    monkeypatch.setattr(_torch, "_run_on_cupy", spy)
+    return runs
+
+
+def _leaves(*arrays):
+    return [torch.from_numpy(a).requires_grad_() for a in arrays]
+
+
+def test_autograd_hands_a_call_over_once(handed_over):
+    """Forward and backward each run the whole rule on the views: one hand-over each, the
+    gradients those of PyTorch's own ops (cholesky_solve's factor on its used triangle, where
+    PyTorch differentiates the whole matrix)."""
+    rng = np.random.default_rng(11)
+    x, w = rng.standard_normal((2, 3, 5, 2)), rng.standard_normal((2, 3, 5, 2))
+    lower = np.tril(rng.standard_normal((3, 5, 5))) / 3 + 2 * np.eye(5)
+    for upper in (False, True):
+        y = np.swapaxes(lower, -1, -2).copy() if upper else lower
+        ours, theirs = _leaves(x, y), _leaves(x, y)
+        (xpops.linalg.cholesky_solve(*ours, upper=upper) * torch.from_numpy(w)).sum().backward()
+        (torch.cholesky_solve(*theirs, upper=upper) * torch.from_numpy(w)).sum().backward()
+        torch.testing.assert_close(ours[0].grad, theirs[0].grad, rtol=1e-12, atol=1e-12)
+        used = torch.triu if upper else torch.tril
+        torch.testing.assert_close(ours[1].grad, used(theirs[1].grad), rtol=1e-12, atol=1e-12)
+    assert handed_over == [3, 3, 3, 3]  # forward and backward, each on the tensors' device
+
+    (a,) = _leaves(rng.standard_normal((4, 30)).astype(np.float32))
+    b = a.detach().double().requires_grad_()
+    out = xpops.logcumsumexp(a, axis=1, dtype=torch.float64)  # a PyTorch dtype: NumPy's
+    assert out.dtype == torch.float64
+    (out * torch.from_numpy(w.reshape(-1)[:30])).sum().backward()
+    (torch.logcumsumexp(b, dim=1) * torch.from_numpy(w.reshape(-1)[:30])).sum().backward()
+    assert a.grad.dtype == torch.float32
+    torch.testing.assert_close(a.grad.double(), b.grad, rtol=1e-6, atol=1e-6)
+    assert len(handed_over) == 6
+
+
+def test_autograd_hands_distributions_over(handed_over):
+    """A distribution in the rule's keywords runs on the views of its arrays: log_prob and
+    kl_divergence against torch.distributions."""
+    mvn = xpops.distributions.MultivariateNormal
+    tmvn = torch.distributions.MultivariateNormal
+    rng = np.random.default_rng(12)
+    g = rng.standard_normal((5, 4))
+    cov = g @ g.T / 4 + np.eye(5)
+    loc, value = rng.standard_normal(5), rng.standard_normal((7, 5))
+    ours, theirs = _leaves(loc, cov, value), _leaves(loc, cov, value)
+    mvn(ours[0], covariance_matrix=ours[1]).log_prob(ours[2]).sum().backward()
+    tmvn(theirs[0], covariance_matrix=theirs[1]).log_prob(theirs[2]).sum().backward()
+    for o, t in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(o.grad, t.grad, rtol=1e-10, atol=1e-10)
+    assert handed_over == [3, 3]
+
+    p, q = _leaves(loc, np.linalg.cholesky(cov)), _leaves(value[0], 2 * np.eye(5))
+    tp, tq = _leaves(loc, np.linalg.cholesky(cov)), _leaves(value[0], 2 * np.eye(5))
+    kl = xpops.distributions.kl_divergence(mvn(p[0], scale_tril=p[1]), mvn(q[0], scale_tril=q[1]))
+    kl.backward()
+    torch.distributions.kl_divergence(
+        tmvn(tp[0], scale_tril=tp[1]), tmvn(tq[0], scale_tril=tq[1])
+    ).backward()
+    for o, t in zip(p + q, tp + tq, strict=True):
+        expected = torch.tril(t.grad) if t.ndim == 2 else t.grad  # the used triangle
+        torch.testing.assert_close(o.grad, expected, rtol=1e-10, atol=1e-10)
+    assert len(handed_over) == 4
+
+
+def test_autograd_hand_over_keeps_the_in_place_check_and_the_generators(handed_over):
+    rng = np.random.default_rng(13)
+    (x0,) = _leaves(rng.standard_normal((4, 3, 1)))
+    lower = torch.from_numpy(np.eye(3) * 2)
+    x = x0 * 1.0
+    out = xpops.linalg.cholesky_solve(x, lower)
+    x.mul_(2.0)  # the residual `x` changed after the forward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    # draws stay on PyTorch's generators: no hand-over
+    loc, tril = _leaves(np.zeros(3), np.eye(3))
+    d = xpops.distributions.MultivariateNormal(loc, scale_tril=tril)
+    d.rsample((4,), rng=torch.Generator().manual_seed(0)).sum().backward()
+    assert torch.equal(loc.grad, torch.full((3,), 4.0, dtype=torch.float64))
+    assert handed_over == [3]  # the cholesky_solve forward only
+
+
 # ---- CUDA: the CuPy engines (skipped without CUDA and CuPy) ------------------------------------
 
 
@@ -527,6 +638,81 @@ def test_cuda_gradients(cuda):
     torch.logcumsumexp(b, dim=1).sum().backward()
     torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
     assert a.grad.device == device
+
+
+@pytest.fixture
+def cupy_hand_overs(monkeypatch):
+    """How many times the autograd binding handed a rule to CuPy."""
+    runs = []
+    run_on_cupy = _torch._run_on_cupy
+
+    def spy(index, run):
+        runs.append(index)
+        return run_on_cupy(index, run)
+
+    monkeypatch.setattr(_torch, "_run_on_cupy", spy)
+    return runs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("upper", [False, True])
+def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
+    """Each rule on CUDA tensors runs on CuPy, forward and backward, on PyTorch's side stream;
+    its gradients are those of PyTorch's own ops in float64."""
+    _, device = cuda
+    rng = np.random.default_rng(14)
+    tol = {"float32": 2e-4, "float64": 1e-10}[dtype]
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+
+    def leaves(*arrays):
+        ours = [torch.tensor(a, dtype=getattr(torch, dtype), device=device) for a in arrays]
+        ref = [t.detach().double().requires_grad_() for t in ours]
+        return [t.requires_grad_() for t in ours], ref
+
+    def close(ours, ref):
+        for o, r in zip(ours, ref, strict=True):
+            assert o.grad.dtype == o.dtype
+            scale = float(r.grad.abs().max())
+            torch.testing.assert_close(o.grad.double(), r.grad, rtol=tol, atol=tol * scale)
+
+    x, w = rng.standard_normal((4, 300, 16, 2)), rng.standard_normal((4, 300, 16, 2))
+    lower = np.tril(rng.standard_normal((300, 16, 16))) / 4 + 2 * np.eye(16)
+    y = np.swapaxes(lower, -1, -2).copy() if upper else lower
+    ours, ref = leaves(x, y)
+    tw = torch.from_numpy(w).to(device)
+    with torch.cuda.stream(stream):
+        (xpops.linalg.cholesky_solve(*ours, upper=upper) * tw).sum().backward()
+    (torch.cholesky_solve(*ref, upper=upper) * tw).sum().backward()
+    ref[1].grad = torch.triu(ref[1].grad) if upper else torch.tril(ref[1].grad)
+    stream.synchronize()
+    close(ours, ref)
+
+    ours, ref = leaves(rng.standard_normal((64, 2000)))
+    with torch.cuda.stream(stream):
+        xpops.logcumsumexp(ours[0], axis=1, reverse=upper).sum().backward()
+    scan = torch.logcumsumexp(ref[0].flip(1) if upper else ref[0], dim=1)
+    (scan.flip(1) if upper else scan).sum().backward()
+    stream.synchronize()
+    close(ours, ref)
+
+    g = rng.standard_normal((16, 16))
+    loc, cov, value = (
+        rng.standard_normal(16),
+        g @ g.T / 16 + np.eye(16),
+        rng.standard_normal((5000, 16)),
+    )
+    ours, ref = leaves(loc, cov, value)
+    with torch.cuda.stream(stream):
+        xpops.distributions.MultivariateNormal(ours[0], covariance_matrix=ours[1]).log_prob(
+            ours[2]
+        ).sum().backward()
+    torch.distributions.MultivariateNormal(ref[0], covariance_matrix=ref[1]).log_prob(
+        ref[2]
+    ).sum().backward()
+    stream.synchronize()
+    close(ours, ref)
+    assert cupy_hand_overs == [0] * 6  # forward and backward of each
 
 
 def test_cuda_side_stream(cuda):

@@ -24,7 +24,15 @@ from typing import Any
 
 from . import _compat
 
-__all__ = ["bridge", "check_device", "engine_for", "fast_tensors", "on_device", "opaque"]
+__all__ = [
+    "bridge",
+    "check_device",
+    "engine_for",
+    "fast_tensors",
+    "on_device",
+    "opaque",
+    "run_on_cupy",
+]
 
 # The dtypes every own engine takes, by NumPy's ``dtype.char``.
 _DTYPES = {"f": "float32", "d": "float64", "F": "complex64", "D": "complex128"}
@@ -352,8 +360,24 @@ def _cupy_view(t: Any) -> Any:
 def _on_cupy(
     engine: Callable[..., Any], index: int, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
+    def run(view: Callable[[Any], Any]) -> Any:
+        new_args, new_kwargs = _convert(args, kwargs, view, "cupy")
+        return engine(*new_args, **new_kwargs)
+
+    return _run_on_cupy(index, run)
+
+
+def run_on_cupy(index: int, run: Callable[[Callable[[Any], Any]], Any]) -> Any:
+    """``run(view)`` on CUDA device `index` with PyTorch's current stream as CuPy's current
+    stream, where ``view(t)`` is a CuPy view of CUDA tensor `t` (as `bridge` hands tensors
+    over); CuPy arrays in its result come back as tensors (tuples item by item). For callers
+    that hand over more than an engine's arguments: the autograd binding runs a whole rule on
+    CuPy arrays this way. Kept out of ``torch.compile``'s traces, as `bridge` is."""
+    return opaque(_run_on_cupy)(index, run)
+
+
+def _run_on_cupy(index: int, run: Callable[[Callable[[Any], Any]], Any]) -> Any:
     cupy = sys.modules["cupy"]  # imported by `_cupy_devices`
     stream = _cupy_stream(cupy, index)
     with cupy.cuda.Device(index), stream:
-        args, kwargs = _convert(args, kwargs, _cupy_view, "cupy")
-        return _from_cupy(engine(*args, **kwargs), stream.ptr or 1)
+        return _from_cupy(run(_cupy_view), stream.ptr or 1)

@@ -4,6 +4,7 @@ given to the methods. A base class of it (through `_cdf_methods.CdfMethods`, who
 these helpers), so that the class's file holds the constructor and the methods.
 """
 
+from collections.abc import Callable
 from typing import Any, Self
 
 from .. import _backend
@@ -53,6 +54,26 @@ class State:
         """A shallow copy: the same arrays, no round trip through `__getstate__`."""
         new = object.__new__(type(self))
         vars(new).update(vars(self))
+        return new
+
+    def _mapped(self, view: Callable[[Any], Any]) -> Self:
+        """A copy whose arrays are ``view`` of this one's, with their library's namespace and
+        dtype: the same distribution on the same memory in another library. The autograd
+        binding runs a rule recorded on PyTorch's CUDA tensors on their CuPy views this way,
+        with the factor already computed and checked. Caches tied to a library (the fused
+        kernels' layout) are left to be remade."""
+        new = object.__new__(type(self))
+        state = {}
+        for name, value in vars(self).items():
+            if is_array(value):
+                value = view(value)
+            elif isinstance(value, tuple):  # the parameters as given, (name, matrix)
+                value = tuple(view(a) if is_array(a) else a for a in value)
+            state[name] = value
+        state["_xp"] = _backend.get_namespace(state["_tril"])
+        state["_dtype"] = state["_tril"].dtype
+        state["_fused"] = None
+        vars(new).update(state)
         return new
 
     # ---- helpers of the methods -------------------------------------------------------------
