@@ -562,6 +562,54 @@ def test_cupy_fused_factor_cotangent(cupy_only, dtype_name, upper, batch, m, k):
     np.testing.assert_allclose(cp.asnumpy(dx), want_x, rtol=tol, atol=tol * np.abs(want_x).max())
 
 
+# (batch, M, K): M about the lane groups' sizes (1, 2, 4, 8, 16, 32 lanes a system), K about
+# the kernel's chunks of right-hand sides (1, or 4 at a time); "vector": x of shape (M,)
+FUSED_CASES = [
+    ((1,), 1, 1),
+    ((257,), 2, 3),
+    ((100,), 5, 4),
+    ("vector", 7, 1),
+    ((33,), 8, 9),
+    ((3, 41), 15, 1),
+    ((65,), 16, 5),
+    ((129,), 17, 2),
+    ((70,), 31, 1),
+    ((64,), 32, 4),
+]
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(("batch", "m", "k"), FUSED_CASES)
+def test_cupy_fused_backward(cupy_only, monkeypatch, dtype_name, upper, batch, m, k):
+    """Both cotangents from the one kernel (rows of the factor up to FUSED_MAX_BYTES), the two
+    steps past it, against the closed form in float64, with NaN in the unused triangle."""
+    from xpops.linalg import _cupy_grad
+
+    cp = cupy_only
+    launched = []
+    launch = _cupy_grad.lanes_grad_launch
+
+    def spy(dtype, m, single, device):
+        launched.append(m)
+        return launch(dtype, m, single, device)
+
+    monkeypatch.setattr(_cupy_grad, "lanes_grad_launch", spy)
+    rng = np.random.default_rng(23)
+    x_shape, y_batch = ((m,), ()) if batch == "vector" else ((*batch, m, k), batch)
+    b, factor, _, g = random_system(rng, x_shape, y_batch, m, dtype_name, upper)
+    dx, dy = pull(cp, b, factor, g, upper)[1]
+    want_x, want_y = closed_form(b, factor, g, upper)
+    fused = m * np.dtype(dtype_name).itemsize <= _cupy_grad.FUSED_MAX_BYTES
+    assert launched == ([m] if fused else [])
+    assert dx.dtype == dy.dtype == np.dtype(dtype_name)
+    dx, dy = cp.asnumpy(dx), cp.asnumpy(dy)
+    assert (dy[..., unused_mask(m, upper)] == 0).all()
+    tol = 2e-3 if dtype_name in ("float32", "complex64") else 1e-10
+    np.testing.assert_allclose(dy, want_y, rtol=tol, atol=tol * np.abs(want_y).max())
+    np.testing.assert_allclose(dx, want_x, rtol=tol, atol=tol * np.abs(want_x).max())
+
+
 def test_torch_cuda_triangular_solves_in_chunks(cupy_only, monkeypatch):
     """Many right-hand sides on CUDA tensors are solved in chunks of columns (PyTorch's own
     solve slows down sharply with their number): the same values as one NumPy solve."""

@@ -8,7 +8,9 @@ array of M: the row's part left of the diagonal, the column's part below it).
 Forward substitution: at step j lane j scales its value by the reciprocal diagonal and
 broadcasts it with a shuffle; lanes below subtract ``L[i][j] y_j`` (row registers). Back
 substitution does the same upwards with ``conj(L[j][i])`` (column registers). No index
-arithmetic in the loops (M is a template parameter), one read of the factor.
+arithmetic in the loops (M is a template parameter), one read of the factor. Its backward
+(``xpops_cholesky_solve_lanes_grad``, for `._cupy_grad.backward`) solves for the cotangent of
+the right-hand sides the same way and computes the factor's cotangent from the same registers.
 
 ``small``: for LANES_MAX_M < M <= SMALL_MAX_M. A group of G = min(32, M_MAX) lanes solves one
 system (M_MAX the power of two at or above M; each lane owns M_MAX / G rows). The group copies
@@ -77,6 +79,12 @@ __device__ __forceinline__ double sub_mul(double a, double b, double c) { return
 template <typename R> __device__ __forceinline__ Cplx<R> sub_mul(Cplx<R> a, Cplx<R> b, Cplx<R> c) {
     return Cplx<R>{a.re - (b.re * c.re - b.im * c.im), a.im - (b.re * c.im + b.im * c.re)};
 }
+// a + b * c
+__device__ __forceinline__ float add_mul(float a, float b, float c) { return fmaf(b, c, a); }
+__device__ __forceinline__ double add_mul(double a, double b, double c) { return fma(b, c, a); }
+template <typename R> __device__ __forceinline__ Cplx<R> add_mul(Cplx<R> a, Cplx<R> b, Cplx<R> c) {
+    return Cplx<R>{a.re + (b.re * c.re - b.im * c.im), a.im + (b.re * c.im + b.im * c.re)};
+}
 // 1 / a: a zero diagonal gives inf (real) or NaN (complex), as LAPACK's division would
 __device__ __forceinline__ float recip(float a) { return 1.0f / a; }
 __device__ __forceinline__ double recip(double a) { return 1.0 / a; }
@@ -99,28 +107,23 @@ template <typename R> __device__ __forceinline__ Cplx<R> shfl(Cplx<R> v, int src
 #define LANES_THREADS 128
 #endif
 
-// One lane a row, G lanes a system (M <= 32), row and column of the factor in registers; see
-// the module docstring.
-template <typename T, int M, int KC>
-__global__ void __launch_bounds__(LANES_THREADS)
-xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ factor,
-                           T* __restrict__ out, const long long batch, const int K,
-                           const int upper, const long long* __restrict__ rhs_index,
-                           const long long* __restrict__ factor_index) {
-    constexpr int G = M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : M <= 16 ? 16 : 32;
-    const long long s = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
-    const int i = threadIdx.x % G;
-    const bool live = s < batch;  // idle lanes still take part in the shuffles
-    const bool active = live && i < M;
-    const long long sf = live ? (factor_index ? factor_index[s] : s) : 0;
-    const T* F = factor + sf * (long long)(M * M);
-    // Lane i needs row i and column i of L. It reads column i of the stored factor (adjacent
-    // lanes read adjacent elements: coalesced), the used part only, and gets row i of the
-    // stored factor through shared memory. L = F (lower): row i is L[i][:], column i is
-    // L[:][i]; F = U = L^H (upper): L[i][k] = conj(U[k][i]), L[k][i] = conj(U[i][k]).
+// The lanes a system of the lanes kernels: the power of two at or above M
+template <int M> __host__ __device__ constexpr int lanes_of() {
+    return M <= 1 ? 1 : M <= 2 ? 2 : M <= 4 ? 4 : M <= 8 ? 8 : M <= 16 ? 16 : 32;
+}
+
+// Lane i of a group of G reads row i and column i of L from the stored factor F (see the
+// module docstring) into one register array: w[k] = L[i][k] for k < i (the row left of the
+// diagonal, forward substitution's), w[k] = L[k][i] for k > i (the column below it, back
+// substitution's). Returns L[i][i]. `tile` is the group's M x (G + 1) shared-memory tile.
+template <typename T, int M, int G>
+__device__ __forceinline__ T load_lanes(const T* F, const int i, const bool active,
+                                        const int upper, T* tile, T (&w)[M]) {
+    // Lane i reads column i of the stored factor (adjacent lanes read adjacent elements:
+    // coalesced), the used part only, and gets row i of the stored factor through shared
+    // memory. L = F (lower): row i is L[i][:], column i is L[:][i]; F = U = L^H (upper):
+    // L[i][k] = conj(U[k][i]), L[k][i] = conj(U[i][k]).
     constexpr int P = G + 1;  // odd pitch: the transposed reads hit distinct banks
-    __shared__ T tile_all[LANES_THREADS / G][M * P];
-    T* tile = tile_all[threadIdx.x / G];
     T a[M], b[M];
 #pragma unroll
     for (int k = 0; k < M; ++k) {
@@ -135,15 +138,65 @@ xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ fact
         b[k] = used ? tile[i * P + k] : T{};
     }
     const T diag = active ? tile[i * P + i] : T{};
-    // One register array for both: forward substitution reads row i of L left of the diagonal
-    // (w[k] = L[i][k], k < i), back substitution column i below it (w[k] = L[k][i], k > i).
-    // (Two arrays took 92 registers a lane in float64 at M = 16, 5 blocks an SM; one, 72 and 7.)
-    T w[M];
+    // (Two arrays, row and column, took 92 registers a lane in float64 at M = 16, 5 blocks
+    // an SM; one, 72 and 7.)
 #pragma unroll
     for (int k = 0; k < M; ++k) {
         w[k] = upper ? conj_(k < i ? a[k] : b[k]) : (k < i ? b[k] : a[k]);
     }
-    const T inv = active ? recip(upper ? conj_(diag) : diag) : T{};
+    return upper ? conj_(diag) : diag;
+}
+
+// L L^H x = b for KC right-hand sides, lane i holding row i of them in v (x on return); w and
+// inv = 1 / L[i][i] as `load_lanes` and its caller leave them.
+template <typename T, int M, int G, int KC>
+__device__ __forceinline__ void solve_lanes(T (&v)[KC], const T (&w)[M], const T inv,
+                                            const int i) {
+#pragma unroll
+    for (int j = 0; j < M; ++j) {  // L y = b: lane j finishes y_j, the lanes below use it
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            const T y = shfl(mul(v[c], inv), j, G);
+            if (i == j) {
+                v[c] = y;
+            } else if (i > j) {
+                v[c] = sub_mul(v[c], w[j], y);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = M - 1; j >= 0; --j) {  // L^H x = y, (L^H)[i][j] = conj(L[j][i])
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            const T x = shfl(mul(v[c], conj_(inv)), j, G);
+            if (i == j) {
+                v[c] = x;
+            } else if (i < j) {
+                v[c] = sub_mul(v[c], conj_(w[j]), x);
+            }
+        }
+    }
+}
+
+// One lane a row, G lanes a system (M <= 32), row and column of the factor in registers; see
+// the module docstring.
+template <typename T, int M, int KC>
+__global__ void __launch_bounds__(LANES_THREADS)
+xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ factor,
+                           T* __restrict__ out, const long long batch, const int K,
+                           const int upper, const long long* __restrict__ rhs_index,
+                           const long long* __restrict__ factor_index) {
+    constexpr int G = lanes_of<M>();
+    const long long s = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int i = threadIdx.x % G;
+    const bool live = s < batch;  // idle lanes still take part in the shuffles
+    const bool active = live && i < M;
+    const long long sf = live ? (factor_index ? factor_index[s] : s) : 0;
+    __shared__ T tile_all[LANES_THREADS / G][M * (G + 1)];
+    T w[M];
+    const T lii = load_lanes<T, M, G>(factor + sf * (long long)(M * M), i, active, upper,
+                                      tile_all[threadIdx.x / G], w);
+    const T inv = active ? recip(lii) : T{};
     const long long mk = (long long)M * K;
     const T* B = rhs + (live ? (rhs_index ? rhs_index[s] : s) : 0) * mk;
     T* O = out + (live ? s : 0) * mk;
@@ -153,34 +206,100 @@ xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ fact
         for (int c = 0; c < KC; ++c) {
             v[c] = (active && c0 + c < K) ? B[(long long)i * K + c0 + c] : T{};
         }
-#pragma unroll
-        for (int j = 0; j < M; ++j) {  // L y = b: lane j finishes y_j, the lanes below use it
-#pragma unroll
-            for (int c = 0; c < KC; ++c) {
-                const T y = shfl(mul(v[c], inv), j, G);
-                if (i == j) {
-                    v[c] = y;
-                } else if (i > j) {
-                    v[c] = sub_mul(v[c], w[j], y);
-                }
-            }
-        }
-#pragma unroll
-        for (int j = M - 1; j >= 0; --j) {  // L^H x = y, (L^H)[i][j] = conj(L[j][i])
-#pragma unroll
-            for (int c = 0; c < KC; ++c) {
-                const T x = shfl(mul(v[c], conj_(inv)), j, G);
-                if (i == j) {
-                    v[c] = x;
-                } else if (i < j) {
-                    v[c] = sub_mul(v[c], conj_(w[j]), x);
-                }
-            }
-        }
+        solve_lanes<T, M, G, KC>(v, w, inv, i);
 #pragma unroll
         for (int c = 0; c < KC; ++c) {
             if (active && c0 + c < K) O[(long long)i * K + c0 + c] = v[c];
         }
+    }
+}
+
+// The backward of cholesky_solve in one pass over the factor, for a batch of systems of one
+// shape (nothing broadcast), M <= 32: with G the cotangent of the solution Z, lane i (as in
+// the lanes kernel) solves for row i of dB = A^-1 G, then
+//     s_j = sum_{k >= j} conj(Z_k) L[k][j],  t_j = sum_{k >= j} conj(dB_k) L[k][j]
+// (lane j, from its column of L and the other lanes' rows by shuffles), and the factor's
+// cotangent dL = -tril((dB Z^H + Z dB^H) L), dL[i][j] = -sum_c (dB_ic s_jc + Z_ic t_jc),
+// summed over the right-hand sides c in registers. For a lower factor lane j keeps column j
+// of dL and the lanes write its rows (contiguous); for an upper one the cotangent is dL^H,
+// lane i keeps row i of dL and the lanes write the rows of dL^H. Zeros on the unused
+// triangle.
+template <typename T, int M, int KC>
+__global__ void __launch_bounds__(LANES_THREADS)
+xpops_cholesky_solve_lanes_grad(const T* __restrict__ cotangent, const T* __restrict__ solution,
+                                const T* __restrict__ factor, T* __restrict__ d_rhs,
+                                T* __restrict__ d_factor, const long long batch, const int K,
+                                const int upper) {
+    constexpr int G = lanes_of<M>();
+    const long long s = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int i = threadIdx.x % G;
+    const bool live = s < batch;  // idle lanes still take part in the shuffles
+    const bool active = live && i < M;
+    const long long base = live ? s : 0;
+    __shared__ T tile_all[LANES_THREADS / G][M * (G + 1)];
+    T w[M];
+    const T lii = load_lanes<T, M, G>(factor + base * (M * M), i, active, upper,
+                                      tile_all[threadIdx.x / G], w);
+    const T inv = active ? recip(lii) : T{};
+    const long long mk = (long long)M * K;
+    const T* Gc = cotangent + base * mk;
+    const T* Z = solution + base * mk;
+    T* D = d_rhs + base * mk;
+    T acc[M];  // lower: column i of dL (acc[r] = dL[r][i]); upper: row i (acc[j] = dL[i][j])
+#pragma unroll
+    for (int k = 0; k < M; ++k) acc[k] = T{};
+    for (int c0 = 0; c0 < K; c0 += KC) {
+        T v[KC], z[KC], sv[KC], tv[KC];
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            const bool here = active && c0 + c < K;
+            v[c] = here ? Gc[(long long)i * K + c0 + c] : T{};
+            z[c] = here ? Z[(long long)i * K + c0 + c] : T{};
+        }
+        solve_lanes<T, M, G, KC>(v, w, inv, i);  // v: row i of dB
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            if (active && c0 + c < K) D[(long long)i * K + c0 + c] = v[c];
+            sv[c] = mul(conj_(z[c]), lii);
+            tv[c] = mul(conj_(v[c]), lii);
+        }
+#pragma unroll
+        for (int k = 0; k < M; ++k) {
+#pragma unroll
+            for (int c = 0; c < KC; ++c) {
+                const T zk = shfl(z[c], k, G), bk = shfl(v[c], k, G);
+                if (k > i) {
+                    sv[c] = add_mul(sv[c], conj_(zk), w[k]);
+                    tv[c] = add_mul(tv[c], conj_(bk), w[k]);
+                }
+            }
+        }
+        if (upper) {
+#pragma unroll
+            for (int j = 0; j < M; ++j) {
+#pragma unroll
+                for (int c = 0; c < KC; ++c) {
+                    const T sj = shfl(sv[c], j, G), tj = shfl(tv[c], j, G);
+                    acc[j] = sub_mul(sub_mul(acc[j], v[c], sj), z[c], tj);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+#pragma unroll
+                for (int c = 0; c < KC; ++c) {
+                    const T br = shfl(v[c], r, G), zr = shfl(z[c], r, G);
+                    acc[r] = sub_mul(sub_mul(acc[r], br, sv[c]), zr, tv[c]);
+                }
+            }
+        }
+    }
+    if (!active) return;
+    T* dF = d_factor + base * (M * M);
+    // step r writes row r, lanes its adjacent columns; the unused triangle gets zeros
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        dF[r * M + i] = upper ? (r <= i ? conj_(acc[r]) : T{}) : (r >= i ? acc[r] : T{});
     }
 }
 
@@ -314,6 +433,7 @@ _SIDE_LEFT, _FILL_LOWER, _FILL_UPPER, _OP_N, _OP_T, _DIAG_NON_UNIT = 0, 0, 1, 0,
 # lanes (rhs, factor, out, long long batch, int K, int upper, rhs_index, factor_index) and
 # small (rhs, factor, out, long long batch, int M, int K, int upper, rhs_index, factor_index).
 _LANES_SIGNATURE = "pppqiipp"
+_LANES_GRAD_SIGNATURE = "pppppqii"
 _SMALL_SIGNATURE = "pppqiiipp"
 
 
@@ -341,6 +461,28 @@ def _lanes_kernel(dtype_name: str, m: int, columns: int, threads: int) -> FastKe
     options = ("-std=c++17", f"-DLANES_THREADS={threads}")
     module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=[name])
     return FastKernel(module.get_function(name), _LANES_SIGNATURE)
+
+
+@cupy.memoize(for_each_device=True)
+def _lanes_grad_kernel(dtype_name: str, m: int, columns: int, threads: int) -> FastKernel:
+    name = f"xpops_cholesky_solve_lanes_grad<{c_type(dtype_name, 'Cplx')}, {m}, {columns}>"
+    options = ("-std=c++17", f"-DLANES_THREADS={threads}")
+    module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=[name])
+    return FastKernel(module.get_function(name), _LANES_GRAD_SIGNATURE)
+
+
+@functools.cache
+def lanes_grad_launch(
+    dtype: np.dtype, M: int, single: bool, device: int
+) -> tuple[int, int, FastKernel]:
+    """(lanes a system, threads a block, kernel on `device`) of the lanes kernel's backward
+    (``xpops_cholesky_solve_lanes_grad``, arguments: cotangent, solution, factor, cotangent
+    of the right-hand sides, of the factor, systems, K, upper), as `_lanes_launch`."""
+    lanes, threads = _lanes_config(M, dtype.itemsize)
+    columns = 1 if single else SMALL_COLUMNS
+    with cupy.cuda.Device(device):
+        kernel = _lanes_grad_kernel(dtype.name, M, columns, threads)
+    return lanes, threads, kernel
 
 
 def _lanes_config(M: int, itemsize: int) -> tuple[int, int]:

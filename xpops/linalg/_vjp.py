@@ -12,7 +12,9 @@ and `y` :math:`= u`, :math:`A = u u^H` (lower) or :math:`A = u^H u` (upper):
 
 where :math:`u` is the used triangle alone: the other triangle is never read by the solve,
 so its cotangent is exactly 0 (and junk there, NaN included, does not reach the gradient).
-:math:`\bar B` is itself a `cholesky_solve`, the fast path of every engine.
+:math:`\bar B` is itself a `cholesky_solve`, the fast path of every engine. On CuPy, batches
+of small systems with a factor of their own compute both cotangents in one kernel that reads
+the factor once (`._cupy_grad.backward`).
 
 Complex inputs follow PyTorch's convention: for a real loss :math:`L`, the cotangent of
 :math:`w` is :math:`\partial L / \partial \operatorname{Re} w + i\,\partial L /
@@ -92,8 +94,12 @@ def backward(
         g = xp.reshape(g, x_shape)
         z = xp.reshape(z, x_shape)
 
-    dx = cholesky_solve(g, u, upper)  # (*batch, M, K), the result's batch
-    dy = dispatch(xp, _FACTOR, dx, z, u, upper, tuple(y.shape[:-2]))
+    both = dispatch(xp, _FUSED, g, z, u, upper, tuple(y.shape[:-2]))
+    if both is None:
+        dx = cholesky_solve(g, u, upper)  # (*batch, M, K), the result's batch
+        dy = dispatch(xp, _FACTOR, dx, z, u, upper, tuple(y.shape[:-2]))
+    else:
+        dx, dy = both
 
     dx = xp.reshape(_sum_to(xp, dx, x_shape), tuple(x.shape))
     return _cast_back(xp, dx, x.dtype), _cast_back(xp, dy, y.dtype)
@@ -110,6 +116,23 @@ _FACTOR = Engines(
     generic=factor_cotangent,
     torch=OWN_ENGINES,
     jax="._grads:factor_cotangent_jax",
+)
+
+
+def _not_fused(*args: Any) -> None:
+    return None
+
+
+# Both cotangents from one kernel that reads the factor once, on CuPy for batches of small
+# systems (`._cupy_grad.backward`); None elsewhere, and the two steps above run.
+_FUSED = Engines(
+    __package__,
+    numpy=_not_fused,
+    cupy="._cupy_grad:backward",
+    dask=_not_fused,
+    generic=_not_fused,
+    torch=_not_fused,
+    jax=_not_fused,
 )
 
 RULE = Rule("linalg.cholesky_solve", ("x", "y"), forward, backward)
