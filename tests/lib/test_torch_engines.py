@@ -540,12 +540,25 @@ def test_autograd_hand_over_keeps_the_in_place_check_and_the_generators(handed_o
     x.mul_(2.0)  # the residual `x` changed after the forward
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         out.sum().backward()
+    # a result that the backward does not read may change in place (log_prob's), as on the
+    # other paths
+    loc, tril, value = _leaves(np.zeros(3), np.eye(3), rng.standard_normal((4, 3)))
+    lp = xpops.distributions.MultivariateNormal(loc, scale_tril=tril).log_prob(value)
+    lp.mul_(2.0)
+    lp.sum().backward()
+    torch.testing.assert_close(value.grad, -2.0 * value.detach())
+    # the residuals are PyTorch's saved tensors: its hooks see them
+    packed = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        solved = xpops.linalg.cholesky_solve(x0 * 1.0, lower)
+    assert any(t is solved for t in packed)  # the result, a residual of cholesky_solve's rule
+    assert len(packed) == 3  # x, the factor, the result
     # draws stay on PyTorch's generators: no hand-over
     loc, tril = _leaves(np.zeros(3), np.eye(3))
     d = xpops.distributions.MultivariateNormal(loc, scale_tril=tril)
     d.rsample((4,), rng=torch.Generator().manual_seed(0)).sum().backward()
     assert torch.equal(loc.grad, torch.full((3,), 4.0, dtype=torch.float64))
-    assert handed_over == [3]  # the cholesky_solve forward only
+    assert handed_over == [3, 3, 3, 3]  # not rsample's
 
 
 # ---- CUDA: the CuPy engines (skipped without CUDA and CuPy) ------------------------------------

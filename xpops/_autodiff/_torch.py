@@ -4,16 +4,16 @@ A contract whose inputs include a tensor that requires grad (under grad mode) ha
 here. The forward runs the public function on detached tensors and the backward is the op's rule.
 Torch is never imported by this module: it is only reached once a tensor exists.
 
-CUDA tensors that CuPy takes (`.._lib._torch.engine_for`) are handed over once: the rule's
-forward runs on their CuPy views and its residuals stay CuPy arrays, and the backward runs the
-rule on CuPy arrays too, each on PyTorch's current stream. The rule's every step then takes the
-CuPy path, as `xpops.vjp` on CuPy arrays does, instead of crossing from PyTorch to CuPy and back
-for each of its operations (host time that a small call pays several times over: cholesky_solve
-of (1e5, 16, 16) ran about four times as long as on CuPy arrays). The tensors are saved for the
-backward as well, only for PyTorch's check that none was modified in place since. Calls that
-draw random numbers (an ``rng`` keyword) stay on PyTorch: their draws come from PyTorch's
-generators. Keywords a rule on CuPy arrays cannot take (a PyTorch dtype without a NumPy one)
-keep the call on PyTorch as well.
+CUDA tensors that CuPy takes (`.._lib._torch.engine_for`) are handed over once each way: the
+rule's forward runs on their CuPy views, and its backward on CuPy views of the saved residuals,
+each on PyTorch's current stream. The rule's every step then takes the CuPy path, as
+`xpops.vjp` on CuPy arrays does, instead of crossing from PyTorch to CuPy and back for each of
+its operations, host time that a small call would pay several times over. The residuals are
+saved as tensors (views of the inputs as the inputs themselves), so PyTorch's in-place check,
+saved-tensor hooks and release after the backward apply as to any op. Calls that draw random
+numbers (an ``rng`` keyword) stay on PyTorch: their draws come from PyTorch's generators.
+Keywords a rule on CuPy arrays cannot take (a PyTorch dtype without a NumPy one) keep the call
+on PyTorch as well.
 """
 
 import functools
@@ -126,33 +126,63 @@ def _on_cupy_value(value: Any, view: Any) -> Any:
 def _forward_on_cupy(
     ctx: Any, rule: Rule, primals: tuple[Any, ...], index: int, kwargs: dict[str, Any]
 ) -> Any:
-    """The forward of the rule on CuPy views of the tensors of device `index`; the result
-    as a tensor, the residuals kept on `ctx` as CuPy arrays."""
+    """The forward of the rule on CuPy views of the tensors of device `index`; the result as a
+    tensor. The residuals are saved as PyTorch saves any (`save_for_backward`: its in-place
+    check, its saved-tensor hooks, freed after the backward): a view of a tensor as that
+    tensor, the result as the returned tensor, a new CuPy array as a tensor of its memory."""
     torch = sys.modules["torch"]
-    held: list[Any] = []
+    viewed: dict[int, tuple[Any, Any]] = {}  # id of a CuPy view -> (view, its tensor)
+    result: list[Any] = []
 
     def run(view: Any) -> Any:
-        args = tuple(view(p) if isinstance(p, torch.Tensor) else p for p in primals)
-        on_cupy = {name: _on_cupy_value(v, view) for name, v in kwargs.items()}
-        out, residuals = rule.forward(*args, **on_cupy)
-        held.extend((residuals, on_cupy))
-        return out
+        def tracked(t: Any) -> Any:
+            v = view(t)
+            viewed[id(v)] = (v, t)
+            return v
 
-    out = run_on_cupy(index, run)
-    # saved only for PyTorch's check that none was modified in place before the backward
-    ctx.save_for_backward(*(p for p in primals if isinstance(p, torch.Tensor)), out)
-    ctx.cupy = (index, *held)
+        args = tuple(tracked(p) if isinstance(p, torch.Tensor) else p for p in primals)
+        on_cupy = {name: _on_cupy_value(v, tracked) for name, v in kwargs.items()}
+        out, residuals = rule.forward(*args, **on_cupy)
+        result.append(out)
+
+        def saved(r: Any) -> Any:
+            if r is out:
+                return _OUT
+            seen = viewed.get(id(r))
+            return seen[1] if seen is not None and seen[0] is r else r
+
+        # CuPy arrays among them come back as tensors (`run_on_cupy`)
+        return (out, *(saved(r) for r in residuals))
+
+    out, *residuals = run_on_cupy(index, run)
+    residuals = [out if r is _OUT else r for r in residuals]
+    is_tensor = [isinstance(r, torch.Tensor) for r in residuals]
+    ctx.save_for_backward(*(r for r, t in zip(residuals, is_tensor, strict=True) if t))
+    ctx.others = [None if t else r for r, t in zip(residuals, is_tensor, strict=True)]
+    ctx.is_tensor = is_tensor
+    ctx.cupy = (index, kwargs)
     ctx.rule = rule
     return out
 
 
+_OUT = object()  # the result among the residuals: saved as the returned tensor
+
+
 def _backward_on_cupy(ctx: Any, grad_outputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The rule's backward on CuPy arrays (the residuals of `_forward_on_cupy`); the
-    cotangents as tensors."""
-    ctx.saved_tensors  # noqa: B018 - PyTorch's in-place check, which reading them runs
-    index, residuals, kwargs = ctx.cupy
+    """The rule's backward on CuPy views of the saved residuals and of the cotangent; the
+    cotangents as tensors. The keywords are those of the forward's call (dtypes NumPy's): no
+    backward rule reads an array from them."""
+    saved = iter(ctx.saved_tensors)
+    residuals = [next(saved) if t else r for r, t in zip(ctx.others, ctx.is_tensor, strict=True)]
+    index, kwargs = ctx.cupy
     (cotangent,) = grad_outputs
     rule = ctx.rule
-    grads = run_on_cupy(index, lambda view: rule.backward(residuals, view(cotangent), **kwargs))
+    tensor = sys.modules["torch"].Tensor
+
+    def run(view: Any) -> Any:
+        on_cupy = tuple(view(r) if isinstance(r, tensor) else r for r in residuals)
+        return rule.backward(on_cupy, view(cotangent), **kwargs)
+
+    grads = run_on_cupy(index, run)
     needs = ctx.needs_input_grad[2:]
     return (None, None, *(g if n else None for g, n in zip(grads, needs, strict=True)))
