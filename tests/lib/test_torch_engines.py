@@ -670,13 +670,13 @@ def cupy_hand_overs(monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("upper", [False, True])
 def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
-    """Each rule on CUDA tensors runs on CuPy, forward and backward, on PyTorch's side stream;
-    its gradients are those of PyTorch's own ops in float64."""
+    """Each rule on CUDA tensors runs on CuPy, forward and backward, called on a side stream of
+    PyTorch's (whose ordering `test_cuda_side_stream` checks); its gradients are those of
+    PyTorch's own ops in float64."""
     _, device = cuda
     rng = np.random.default_rng(14)
     tol = {"float32": 2e-4, "float64": 1e-10}[dtype]
     stream = torch.cuda.Stream(device)
-    stream.wait_stream(torch.cuda.current_stream(device))
 
     def leaves(*arrays):
         ours = [torch.tensor(a, dtype=getattr(torch, dtype), device=device) for a in arrays]
@@ -694,6 +694,7 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
     y = np.swapaxes(lower, -1, -2).copy() if upper else lower
     ours, ref = leaves(x, y)
     tw = torch.from_numpy(w).to(device)
+    stream.wait_stream(torch.cuda.current_stream(device))  # the inputs are made
     with torch.cuda.stream(stream):
         (xpops.linalg.cholesky_solve(*ours, upper=upper) * tw).sum().backward()
     (torch.cholesky_solve(*ref, upper=upper) * tw).sum().backward()
@@ -702,6 +703,7 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
     close(ours, ref)
 
     ours, ref = leaves(rng.standard_normal((64, 2000)))
+    stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         xpops.logcumsumexp(ours[0], axis=1, reverse=upper).sum().backward()
     scan = torch.logcumsumexp(ref[0].flip(1) if upper else ref[0], dim=1)
@@ -716,6 +718,7 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
         rng.standard_normal((5000, 16)),
     )
     ours, ref = leaves(loc, cov, value)
+    stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
         xpops.distributions.MultivariateNormal(ours[0], covariance_matrix=ours[1]).log_prob(
             ours[2]
