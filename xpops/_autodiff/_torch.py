@@ -132,7 +132,6 @@ def _forward_on_cupy(
     tensor, the result as the returned tensor, a new CuPy array as a tensor of its memory."""
     torch = sys.modules["torch"]
     viewed: dict[int, tuple[Any, Any]] = {}  # id of a CuPy view -> (view, its tensor)
-    result: list[Any] = []
 
     def run(view: Any) -> Any:
         def tracked(t: Any) -> Any:
@@ -143,7 +142,6 @@ def _forward_on_cupy(
         args = tuple(tracked(p) if isinstance(p, torch.Tensor) else p for p in primals)
         on_cupy = {name: _on_cupy_value(v, tracked) for name, v in kwargs.items()}
         out, residuals = rule.forward(*args, **on_cupy)
-        result.append(out)
 
         def saved(r: Any) -> Any:
             if r is out:
