@@ -225,6 +225,25 @@ def test_density_against_fd(xp, method, param, shape):
     check_density(xp, method, param, shape)
 
 
+@pytest.mark.parametrize("method", ["log_prob", "prob"])
+@pytest.mark.parametrize("param", PARAMS)
+def test_numpy_points_gradients_across_chunks(monkeypatch, method, param):
+    """NumPy's products for one distribution at many points (`_numpy.log_prob_grads`) two
+    points a chunk: the five points of the "single" case in three chunks, the last one short."""
+    from xpops.distributions import _numpy as engine
+
+    sized = []  # the event sizes the chunk was divided by: one a call of the products
+
+    class Chunk(int):
+        def __floordiv__(self, d):
+            sized.append(d)
+            return int(self) // d
+
+    monkeypatch.setattr(engine, "GRAD_CHUNK", Chunk(2 * D))
+    check_density(np, method, param, "single")
+    assert sized == [D]
+
+
 @pytest.mark.parametrize("shape", ["single", "batch"])
 @pytest.mark.parametrize("param", PARAMS)
 def test_entropy_against_fd(xp, param, shape):

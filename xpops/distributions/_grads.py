@@ -132,11 +132,12 @@ def generic_log_prob_grads(
     )
 
 
-# CuPy (and PyTorch's CUDA tensors, by DLPack): the fused kernel for one distribution (it
-# falls back to the generic code itself); PyTorch's CPU tensors: the generic code on them
+# CuPy (and PyTorch's CUDA tensors, by DLPack): the fused kernel for one distribution, NumPy:
+# matrix products with the factor's inverse for one distribution (each falls back to the
+# generic code itself); PyTorch's CPU tensors: the generic code on them
 _LOG_PROB_GRADS = Engines(
     __package__,
-    numpy=generic_log_prob_grads,
+    numpy="._numpy:log_prob_grads",
     cupy="._cupy:log_prob_grads",
     dask=generic_log_prob_grads,
     generic=generic_log_prob_grads,
