@@ -503,8 +503,8 @@ def test_autograd_hands_a_call_over_once(handed_over):
 
 
 def test_autograd_hands_distributions_over(handed_over):
-    """A distribution in the rule's keywords runs on the views of its arrays: log_prob and
-    kl_divergence against torch.distributions."""
+    """A distribution in the rule's keywords runs on the views of its arrays: log_prob,
+    kl_divergence, prob and entropy against torch.distributions."""
     mvn = xpops.distributions.MultivariateNormal
     tmvn = torch.distributions.MultivariateNormal
     rng = np.random.default_rng(12)
@@ -529,6 +529,17 @@ def test_autograd_hands_distributions_over(handed_over):
         expected = torch.tril(t.grad) if t.ndim == 2 else t.grad  # the used triangle
         torch.testing.assert_close(o.grad, expected, rtol=1e-10, atol=1e-10)
     assert len(handed_over) == 4
+
+    # prob and entropy, of a batch of precision matrices
+    prec = np.stack([np.linalg.inv(cov), np.eye(5)])
+    ours, theirs = _leaves(loc, prec, value[:, None]), _leaves(loc, prec, value[:, None])
+    d = mvn(ours[0], precision_matrix=ours[1])
+    t = tmvn(theirs[0], precision_matrix=theirs[1])
+    (d.prob(ours[2]).sum() + d.entropy().sum()).backward()
+    (t.log_prob(theirs[2]).exp().sum() + t.entropy().sum()).backward()
+    for o, t in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(o.grad, t.grad, rtol=1e-9, atol=1e-10)
+    assert len(handed_over) == 8
 
 
 def test_autograd_hand_over_keeps_the_in_place_check_and_the_generators(handed_over):
