@@ -35,8 +35,8 @@ __all__ = ["CHUNK", "GRAD_CHUNK", "log_prob_grads", "log_prob_points", "points_e
 CHUNK = 2**16
 
 #: Elements of a chunk of points of `log_prob_grads`, which keeps two arrays of a chunk's size
-#: in the cache, not one: at D = 16 on two cores, 2**14 ran 1.4-2.3x faster than 2**15 to
-#: 2**16 and 1.1-1.5x faster than 2**13, at 1e5 and 2**20 points.
+#: in the cache, not one: at D = 16 on two cores, 2**14 ran 1.3-2.5x faster than 2**15 and
+#: 2**16 and 1.1-1.25x faster than 2**13, at 1e5 and 2**20 points.
 GRAD_CHUNK = 2**14
 
 #: Largest event size taken: above it a chunk would hold fewer than 64 points, and the calls
