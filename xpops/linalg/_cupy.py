@@ -9,8 +9,8 @@ Forward substitution: at step j lane j scales its value by the reciprocal diagon
 broadcasts it with a shuffle; lanes below subtract ``L[i][j] y_j`` (row registers). Back
 substitution does the same upwards with ``conj(L[j][i])`` (column registers). No index
 arithmetic in the loops (M is a template parameter), one read of the factor. Its backward
-(``xpops_cholesky_solve_lanes_grad``, for `._cupy_grad.backward`) solves for the cotangent of
-the right-hand sides the same way and computes the factor's cotangent from the same registers.
+(`._cupy_grad`, on the device functions of `SOURCE`) solves for the cotangent of the
+right-hand sides the same way and computes the factor's cotangent from the same registers.
 
 ``small``: for LANES_MAX_M < M <= SMALL_MAX_M. A group of G = min(32, M_MAX) lanes solves one
 system (M_MAX the power of two at or above M; each lane owns M_MAX / G rows). The group copies
@@ -60,7 +60,7 @@ SMALL_COLUMNS = 4  # right-hand sides a lane holds at once when K > 1
 LANES_MAX_M = 32
 LANES_THREADS = 128  # threads a block (64 ran the same; 32 up to 25% slower, 256 up to 16%)
 
-_SOURCE = r"""
+SOURCE = r"""
 template <typename R> struct Cplx { R re, im; };
 
 __device__ __forceinline__ float conj_(float a) { return a; }
@@ -214,95 +214,6 @@ xpops_cholesky_solve_lanes(const T* __restrict__ rhs, const T* __restrict__ fact
     }
 }
 
-// The backward of cholesky_solve in one pass over the factor, for a batch of systems of one
-// shape (nothing broadcast), M <= 32: with G the cotangent of the solution Z, lane i (as in
-// the lanes kernel) solves for row i of dB = A^-1 G, then
-//     s_j = sum_{k >= j} conj(Z_k) L[k][j],  t_j = sum_{k >= j} conj(dB_k) L[k][j]
-// (lane j, from its column of L and the other lanes' rows by shuffles), and the factor's
-// cotangent dL = -tril((dB Z^H + Z dB^H) L), dL[i][j] = -sum_c (dB_ic s_jc + Z_ic t_jc),
-// summed over the right-hand sides c in registers. For a lower factor lane j keeps column j
-// of dL and the lanes write its rows (contiguous); for an upper one the cotangent is dL^H,
-// lane i keeps row i of dL and the lanes write the rows of dL^H. Zeros on the unused
-// triangle.
-template <typename T, int M, int KC>
-__global__ void __launch_bounds__(LANES_THREADS)
-xpops_cholesky_solve_lanes_grad(const T* __restrict__ cotangent, const T* __restrict__ solution,
-                                const T* __restrict__ factor, T* __restrict__ d_rhs,
-                                T* __restrict__ d_factor, const long long batch, const int K,
-                                const int upper) {
-    constexpr int G = lanes_of<M>();
-    const long long s = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
-    const int i = threadIdx.x % G;
-    const bool live = s < batch;  // idle lanes still take part in the shuffles
-    const bool active = live && i < M;
-    const long long base = live ? s : 0;
-    __shared__ T tile_all[LANES_THREADS / G][M * (G + 1)];
-    T w[M];
-    const T lii = load_lanes<T, M, G>(factor + base * (M * M), i, active, upper,
-                                      tile_all[threadIdx.x / G], w);
-    const T inv = active ? recip(lii) : T{};
-    const long long mk = (long long)M * K;
-    const T* Gc = cotangent + base * mk;
-    const T* Z = solution + base * mk;
-    T* D = d_rhs + base * mk;
-    T acc[M];  // lower: column i of dL (acc[r] = dL[r][i]); upper: row i (acc[j] = dL[i][j])
-#pragma unroll
-    for (int k = 0; k < M; ++k) acc[k] = T{};
-    for (int c0 = 0; c0 < K; c0 += KC) {
-        T v[KC], z[KC], sv[KC], tv[KC];
-#pragma unroll
-        for (int c = 0; c < KC; ++c) {
-            const bool here = active && c0 + c < K;
-            v[c] = here ? Gc[(long long)i * K + c0 + c] : T{};
-            z[c] = here ? Z[(long long)i * K + c0 + c] : T{};
-        }
-        solve_lanes<T, M, G, KC>(v, w, inv, i);  // v: row i of dB
-#pragma unroll
-        for (int c = 0; c < KC; ++c) {
-            if (active && c0 + c < K) D[(long long)i * K + c0 + c] = v[c];
-            sv[c] = mul(conj_(z[c]), lii);
-            tv[c] = mul(conj_(v[c]), lii);
-        }
-#pragma unroll
-        for (int k = 0; k < M; ++k) {
-#pragma unroll
-            for (int c = 0; c < KC; ++c) {
-                const T zk = shfl(z[c], k, G), bk = shfl(v[c], k, G);
-                if (k > i) {
-                    sv[c] = add_mul(sv[c], conj_(zk), w[k]);
-                    tv[c] = add_mul(tv[c], conj_(bk), w[k]);
-                }
-            }
-        }
-        if (upper) {
-#pragma unroll
-            for (int j = 0; j < M; ++j) {
-#pragma unroll
-                for (int c = 0; c < KC; ++c) {
-                    const T sj = shfl(sv[c], j, G), tj = shfl(tv[c], j, G);
-                    acc[j] = sub_mul(sub_mul(acc[j], v[c], sj), z[c], tj);
-                }
-            }
-        } else {
-#pragma unroll
-            for (int r = 0; r < M; ++r) {
-#pragma unroll
-                for (int c = 0; c < KC; ++c) {
-                    const T br = shfl(v[c], r, G), zr = shfl(z[c], r, G);
-                    acc[r] = sub_mul(sub_mul(acc[r], br, sv[c]), zr, tv[c]);
-                }
-            }
-        }
-    }
-    if (!active) return;
-    T* dF = d_factor + base * (M * M);
-    // step r writes row r, lanes its adjacent columns; the unused triangle gets zeros
-#pragma unroll
-    for (int r = 0; r < M; ++r) {
-        dF[r * M + i] = upper ? (r <= i ? conj_(acc[r]) : T{}) : (r >= i ? acc[r] : T{});
-    }
-}
-
 // One group of G lanes a system, SYS systems a block; see the module docstring.
 template <typename T, int M_MAX, int KC, int SYS>
 __global__ void __launch_bounds__((M_MAX < 32 ? M_MAX : 32) * SYS)
@@ -433,7 +344,6 @@ _SIDE_LEFT, _FILL_LOWER, _FILL_UPPER, _OP_N, _OP_T, _DIAG_NON_UNIT = 0, 0, 1, 0,
 # lanes (rhs, factor, out, long long batch, int K, int upper, rhs_index, factor_index) and
 # small (rhs, factor, out, long long batch, int M, int K, int upper, rhs_index, factor_index).
 _LANES_SIGNATURE = "pppqiipp"
-_LANES_GRAD_SIGNATURE = "pppppqii"
 _SMALL_SIGNATURE = "pppqiiipp"
 
 
@@ -451,38 +361,18 @@ def _small_config(M: int, K: int, itemsize: int) -> tuple[int, int, int, int]:
 def _small_kernel(dtype_name: str, m_max: int, columns: int, systems: int) -> FastKernel:
     ctype = c_type(dtype_name, "Cplx")
     name = f"xpops_cholesky_solve_small<{ctype}, {m_max}, {columns}, {systems}>"
-    module = cupy.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=[name])
+    module = cupy.RawModule(code=SOURCE, options=("-std=c++17",), name_expressions=[name])
     return FastKernel(module.get_function(name), _SMALL_SIGNATURE)
 
 
 @cupy.memoize(for_each_device=True)
-def _lanes_kernel(dtype_name: str, m: int, columns: int, threads: int) -> FastKernel:
-    name = f"xpops_cholesky_solve_lanes<{c_type(dtype_name, 'Cplx')}, {m}, {columns}>"
+def _lanes_kernel(
+    code: str, template: str, signature: str, dtype_name: str, m: int, columns: int, threads: int
+) -> FastKernel:
+    name = f"{template}<{c_type(dtype_name, 'Cplx')}, {m}, {columns}>"
     options = ("-std=c++17", f"-DLANES_THREADS={threads}")
-    module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=[name])
-    return FastKernel(module.get_function(name), _LANES_SIGNATURE)
-
-
-@cupy.memoize(for_each_device=True)
-def _lanes_grad_kernel(dtype_name: str, m: int, columns: int, threads: int) -> FastKernel:
-    name = f"xpops_cholesky_solve_lanes_grad<{c_type(dtype_name, 'Cplx')}, {m}, {columns}>"
-    options = ("-std=c++17", f"-DLANES_THREADS={threads}")
-    module = cupy.RawModule(code=_SOURCE, options=options, name_expressions=[name])
-    return FastKernel(module.get_function(name), _LANES_GRAD_SIGNATURE)
-
-
-@functools.cache
-def lanes_grad_launch(
-    dtype: np.dtype, M: int, single: bool, device: int
-) -> tuple[int, int, FastKernel]:
-    """(lanes a system, threads a block, kernel on `device`) of the lanes kernel's backward
-    (``xpops_cholesky_solve_lanes_grad``, arguments: cotangent, solution, factor, cotangent
-    of the right-hand sides, of the factor, systems, K, upper), as `_lanes_launch`."""
-    lanes, threads = _lanes_config(M, dtype.itemsize)
-    columns = 1 if single else SMALL_COLUMNS
-    with cupy.cuda.Device(device):
-        kernel = _lanes_grad_kernel(dtype.name, M, columns, threads)
-    return lanes, threads, kernel
+    module = cupy.RawModule(code=code, options=options, name_expressions=[name])
+    return FastKernel(module.get_function(name), signature)
 
 
 def _lanes_config(M: int, itemsize: int) -> tuple[int, int]:
@@ -495,17 +385,22 @@ def _lanes_config(M: int, itemsize: int) -> tuple[int, int]:
     return lanes, threads
 
 
+# A kernel of the lanes family: (source, template, launch signature). The lanes kernel's
+# backward (`._cupy_grad`) is another, on the same device functions and launch shape.
+LANES = (SOURCE, "xpops_cholesky_solve_lanes", _LANES_SIGNATURE)
+
+
 @functools.cache
-def _lanes_launch(
-    dtype: np.dtype, M: int, single: bool, device: int
+def lanes_launch(
+    dtype: np.dtype, M: int, single: bool, device: int, family: tuple[str, str, str] = LANES
 ) -> tuple[int, int, FastKernel]:
-    """(lanes a system, threads a block, kernel on `device`) of the lanes kernel for one
-    right-hand side (`single`) or more: looked up once a shape, since the host's time before a
-    launch is GPU time lost for small batches."""
+    """(lanes a system, threads a block, kernel on `device`) of the lanes kernel (or another of
+    its `family`) for one right-hand side (`single`) or more: looked up once a shape, since the
+    host's time before a launch is GPU time lost for small batches."""
     lanes, threads = _lanes_config(M, dtype.itemsize)
     columns = 1 if single else SMALL_COLUMNS
     with cupy.cuda.Device(device):
-        kernel = _lanes_kernel(dtype.name, M, columns, threads)
+        kernel = _lanes_kernel(*family, dtype.name, M, columns, threads)
     return lanes, threads, kernel
 
 
@@ -521,7 +416,7 @@ def _operands(
 
 
 def _solve_lanes(x, y, out, batch, M, K, upper):
-    lanes, threads, kernel = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
+    lanes, threads, kernel = lanes_launch(x.dtype, M, K == 1, x.data.device_id)
     n, pointers, indexes, _held = _operands(x, y, out, batch)
     kernel(grid_1d(n * lanes, threads), threads, (*pointers, n, K, int(upper), *indexes))
 
@@ -533,7 +428,7 @@ def solve_same_batch(x: cupy.ndarray, y: cupy.ndarray, upper: bool) -> cupy.ndar
     M, K = x.shape[-2], x.shape[-1]
     if M > LANES_MAX_M or not (x.flags.c_contiguous and y.flags.c_contiguous):
         return cholesky_solve(x, y, upper)
-    lanes, threads, kernel = _lanes_launch(x.dtype, M, K == 1, x.data.device_id)
+    lanes, threads, kernel = lanes_launch(x.dtype, M, K == 1, x.data.device_id)
     out = cupy.empty(x.shape, x.dtype)
     n = out.size // (M * K)
     args = (x.data.ptr, y.data.ptr, out.data.ptr, n, K, int(upper), 0, 0)

@@ -2,13 +2,14 @@
 batches of small systems (`backward`), else the factor's cotangent in one kernel for batches of
 small real systems (`factor_cotangent`) after a solve, and `._grads` for the rest.
 
-`backward` launches the lanes kernel's backward (``xpops_cholesky_solve_lanes_grad`` in
-`._cupy`): lane i of a system solves for row i of ``dx = A^-1 g`` as the lanes kernel solves,
-with row i and column i of the factor in registers, and then computes the factor's cotangent
-from those registers and the other lanes' rows of ``dx`` and ``z`` (shuffles), so the factor is
-read once for both cotangents; the two steps read it twice and write and read ``dx`` between
-them. On an H200, (10^5, 16, 16) K=1 float32: 0.107 ms against 0.180 for the two steps (the
-forward: 0.058); complex64 0.200 against 1.485 (the generic code's products).
+`backward` launches the lanes kernel's backward (``xpops_cholesky_solve_lanes_grad``, below,
+on the device functions of `._cupy`'s source): lane i of a system solves for row i of
+``dx = A^-1 g`` as the lanes kernel solves, with row i and column i of the factor in
+registers, and then computes the factor's cotangent from those registers and the other
+lanes' rows of ``dx`` and ``z`` (shuffles), so the factor is read once for both cotangents;
+the two steps read it twice and write and read ``dx`` between them. On an H200,
+(10^5, 16, 16) K=1 float32: 0.107 ms against 0.180 for the two steps (the forward: 0.058);
+complex64 0.200 against 1.485 (the generic code's products).
 
 `factor_cotangent`:
 
@@ -32,18 +33,133 @@ makes and reads several (batch, M, M) intermediates and runs two batched matrix 
 import math
 
 import cupy
+import numpy as np
 
-from .._lib._cuda import grid_1d
-from ._cupy import lanes_grad_launch
+from .._lib._cuda import FastKernel, grid_1d
+from ._cupy import SOURCE, lanes_launch
 from ._grads import factor_cotangent as generic_factor_cotangent
 
-__all__ = ["FUSED_MAX_BYTES", "MAX_K", "MAX_M", "MIN_ELEMENTS", "backward", "factor_cotangent"]
+__all__ = [
+    "FUSED_MAX_BYTES",
+    "MAX_K",
+    "MAX_M",
+    "MIN_ELEMENTS",
+    "backward",
+    "factor_cotangent",
+    "lanes_grad_launch",
+]
 
 # The whole backward in one kernel (`backward`) for systems whose row of the factor takes at
 # most this many bytes (float32 M <= 32, float64 and complex64 M <= 16, complex128 M <= 8): a
 # lane holds a row and a column of the factor and a column of its cotangent in registers, 96
 # registers a lane for float32 at M = 32, 255 for complex128 at M = 16.
 FUSED_MAX_BYTES = 128
+
+# compiled after the lanes kernel's source, whose device functions (`load_lanes`,
+# `solve_lanes`, the arithmetic helpers) it uses
+_BACKWARD_SOURCE = r"""
+// The backward of cholesky_solve in one pass over the factor, for a batch of systems of one
+// shape (nothing broadcast), M <= 32: with G the cotangent of the solution Z, lane i (as in
+// the lanes kernel) solves for row i of dB = A^-1 G, then
+//     s_j = sum_{k >= j} conj(Z_k) L[k][j],  t_j = sum_{k >= j} conj(dB_k) L[k][j]
+// (lane j, from its column of L and the other lanes' rows by shuffles), and the factor's
+// cotangent dL = -tril((dB Z^H + Z dB^H) L), dL[i][j] = -sum_c (dB_ic s_jc + Z_ic t_jc),
+// summed over the right-hand sides c in registers. For a lower factor lane j keeps column j
+// of dL and the lanes write its rows (contiguous); for an upper one the cotangent is dL^H,
+// lane i keeps row i of dL and the lanes write the rows of dL^H. Zeros on the unused
+// triangle.
+template <typename T, int M, int KC>
+__global__ void __launch_bounds__(LANES_THREADS)
+xpops_cholesky_solve_lanes_grad(const T* __restrict__ cotangent, const T* __restrict__ solution,
+                                const T* __restrict__ factor, T* __restrict__ d_rhs,
+                                T* __restrict__ d_factor, const long long batch, const int K,
+                                const int upper) {
+    constexpr int G = lanes_of<M>();
+    const long long s = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / G;
+    const int i = threadIdx.x % G;
+    const bool live = s < batch;  // idle lanes still take part in the shuffles
+    const bool active = live && i < M;
+    const long long base = live ? s : 0;
+    __shared__ T tile_all[LANES_THREADS / G][M * (G + 1)];
+    T w[M];
+    const T lii = load_lanes<T, M, G>(factor + base * (M * M), i, active, upper,
+                                      tile_all[threadIdx.x / G], w);
+    const T inv = active ? recip(lii) : T{};
+    const long long mk = (long long)M * K;
+    const T* Gc = cotangent + base * mk;
+    const T* Z = solution + base * mk;
+    T* D = d_rhs + base * mk;
+    T acc[M];  // lower: column i of dL (acc[r] = dL[r][i]); upper: row i (acc[j] = dL[i][j])
+#pragma unroll
+    for (int k = 0; k < M; ++k) acc[k] = T{};
+    for (int c0 = 0; c0 < K; c0 += KC) {
+        T v[KC], z[KC], sv[KC], tv[KC];
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            const bool here = active && c0 + c < K;
+            v[c] = here ? Gc[(long long)i * K + c0 + c] : T{};
+            z[c] = here ? Z[(long long)i * K + c0 + c] : T{};
+        }
+        solve_lanes<T, M, G, KC>(v, w, inv, i);  // v: row i of dB
+#pragma unroll
+        for (int c = 0; c < KC; ++c) {
+            if (active && c0 + c < K) D[(long long)i * K + c0 + c] = v[c];
+            sv[c] = mul(conj_(z[c]), lii);
+            tv[c] = mul(conj_(v[c]), lii);
+        }
+#pragma unroll
+        for (int k = 0; k < M; ++k) {
+#pragma unroll
+            for (int c = 0; c < KC; ++c) {
+                const T zk = shfl(z[c], k, G), bk = shfl(v[c], k, G);
+                if (k > i) {
+                    sv[c] = add_mul(sv[c], conj_(zk), w[k]);
+                    tv[c] = add_mul(tv[c], conj_(bk), w[k]);
+                }
+            }
+        }
+        if (upper) {
+#pragma unroll
+            for (int j = 0; j < M; ++j) {
+#pragma unroll
+                for (int c = 0; c < KC; ++c) {
+                    const T sj = shfl(sv[c], j, G), tj = shfl(tv[c], j, G);
+                    acc[j] = sub_mul(sub_mul(acc[j], v[c], sj), z[c], tj);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int r = 0; r < M; ++r) {
+#pragma unroll
+                for (int c = 0; c < KC; ++c) {
+                    const T br = shfl(v[c], r, G), zr = shfl(z[c], r, G);
+                    acc[r] = sub_mul(sub_mul(acc[r], br, sv[c]), zr, tv[c]);
+                }
+            }
+        }
+    }
+    if (!active) return;
+    T* dF = d_factor + base * (M * M);
+    // step r writes row r, lanes its adjacent columns; the unused triangle gets zeros
+#pragma unroll
+    for (int r = 0; r < M; ++r) {
+        dF[r * M + i] = upper ? (r <= i ? conj_(acc[r]) : T{}) : (r >= i ? acc[r] : T{});
+    }
+}
+"""
+
+# arguments: cotangent, solution, factor, cotangents of the right-hand sides and of the
+# factor (pointers), systems, K, upper
+_BACKWARD = (SOURCE + _BACKWARD_SOURCE, "xpops_cholesky_solve_lanes_grad", "pppppqii")
+
+
+def lanes_grad_launch(
+    dtype: np.dtype, M: int, single: bool, device: int
+) -> tuple[int, int, FastKernel]:
+    """(lanes a system, threads a block, kernel on `device`) of the lanes kernel's backward,
+    as `._cupy.lanes_launch` gives them for the lanes kernel."""
+    return lanes_launch(dtype, M, single, device, _BACKWARD)
+
 
 # A thread's loops grow with M (2 (M - j) K multiply-adds for column j) and K: past 64 of
 # either the batched matrix products of the generic code are the better plan. A thread a
