@@ -31,7 +31,7 @@ import cupy
 import numpy as np
 
 from .._lib import _random
-from .._lib._cuda import C_TYPES, grid_1d
+from .._lib._cuda import C_TYPES, FastKernel, grid_1d
 from ._common import bad_values, batch_of
 
 __all__ = [
@@ -94,6 +94,7 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_log_prob(
     __shared__ T tri[D * (D + 1) / 2];
     __shared__ T rdiag[D];
     __shared__ T mu[D];
+    __shared__ T half_shared;  // one factor: its half log-determinant
     const long long first = (long long)blockIdx.x * MVN_POINTS;
     const int rows = (int)min((long long)MVN_POINTS, n - first);
     const T* src = value + first * D;
@@ -102,6 +103,12 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_log_prob(
         tile[r * PITCH + (e - r * D)] = src[e];
     }
     stage_shared<T, D>(loc, tril, n_loc, n_tril, tri, rdiag, mu);
+    if (n_tril == 1 && threadIdx.x < 32) {  // D <= 32: the first warp sums the logs
+        T h = threadIdx.x < D ? log(tril[threadIdx.x * (D + 1)]) : T(0);
+        #pragma unroll
+        for (int s = 16; s > 0; s >>= 1) h += __shfl_xor_sync(0xffffffffu, h, s);
+        if (threadIdx.x == 0) half_shared = h;
+    }
     __syncthreads();
     bool finite = true;
     if (threadIdx.x < rows) {
@@ -124,7 +131,7 @@ __global__ void __launch_bounds__(MVN_POINTS) xpops_mvn_log_prob(
                 z[i] = acc * rdiag[i];
                 ss += z[i] * z[i];
             }
-            out[o] = T(-0.5) * (T(D * LOG_2PI) + ss) - half_log_det[0];
+            out[o] = T(-0.5) * (T(D * LOG_2PI) + ss) - half_shared;
         } else {
             const long long f = o % n_tril;
             const T* L = tril + f * (D * D);
@@ -390,11 +397,24 @@ _OPTIONS = (
 )
 
 
+# the parameters of the kernels launched by address (`FastKernel`): p a pointer, q an int64
+_SIGNATURES = {
+    "log_prob": "ppppqqqpp",
+    "log_prob_grad": "ppppqpp",
+    "log_prob_grad_finish": "pqppp",
+}
+
+
 @cupy.memoize(for_each_device=True)
 def _kernel(kind: str, dtype_name: str, d: int) -> cupy.RawKernel:
     name = f"xpops_mvn_{kind}<{C_TYPES[dtype_name]}, {d}>"
     module = cupy.RawModule(code=_SOURCE, options=_OPTIONS, name_expressions=[name])
     return module.get_function(name)
+
+
+@cupy.memoize(for_each_device=True)
+def _launcher(kind: str, dtype_name: str, d: int) -> FastKernel:
+    return FastKernel(_kernel(kind, dtype_name, d), _SIGNATURES[kind])
 
 
 def supported(dtype: object, d: int) -> bool:
@@ -411,31 +431,31 @@ def log_prob(
     value: cupy.ndarray,
     loc: cupy.ndarray,
     tril: cupy.ndarray,
-    half_log_det: cupy.ndarray,
+    half_log_det: cupy.ndarray | None,
     *,
     check: bool,
 ) -> tuple[cupy.ndarray, cupy.ndarray | None]:
     """Log densities of the points ``value`` (n, D), C-contiguous; ``loc`` (n_loc, D), ``tril``
     (n_tril, D, D) and ``half_log_det`` (n_tril,) contiguous, with n_loc and n_tril dividing n
-    (point o meets row o % n_loc and factor o % n_tril). Returns ``(out, flag)``: ``flag`` is a
+    (point o meets row o % n_loc and factor o % n_tril); ``half_log_det`` None for one factor,
+    whose half log-determinant each block computes. Returns ``(out, flag)``: ``flag`` is a
     device int, nonzero if a value was not finite (None unless `check`)."""
     n, d = value.shape
     out = cupy.empty(n, dtype=value.dtype)
     flag = cupy.zeros((), dtype=cupy.int32) if check else None
     if n:
-        kernel = _kernel("log_prob", value.dtype.name, d)
         args = (
-            value,
-            loc,
-            tril,
-            half_log_det,
-            np.int64(n),
-            np.int64(loc.shape[0]),
-            np.int64(tril.shape[0]),
-            out,
-            np.uint64(0 if flag is None else flag.data.ptr),
+            value.data.ptr,
+            loc.data.ptr,
+            tril.data.ptr,
+            0 if half_log_det is None else half_log_det.data.ptr,
+            n,
+            loc.shape[0],
+            tril.shape[0],
+            out.data.ptr,
+            0 if flag is None else flag.data.ptr,
         )
-        kernel((grid_1d(n, POINTS),), (POINTS,), args)
+        _launcher("log_prob", value.dtype.name, d)(grid_1d(n, POINTS), POINTS, args)
     return out, flag
 
 
@@ -471,10 +491,16 @@ def log_prob_grads(
     partial = cupy.empty((d * (d + 1) // 2 + d + 1, blocks), dtype=dtype)
     g_l = cupy.empty((d, d), dtype=dtype)
     g_loc = cupy.empty(d, dtype=dtype)
-    grad = _kernel("log_prob_grad", dtype.name, d)
-    grad((blocks,), (GRAD_POINTS,), (flat, gs, loc, tril, np.int64(n), g_value, partial))
-    finish = _kernel("log_prob_grad_finish", dtype.name, d)
-    finish((d * d + d,), (FINISH_THREADS,), (partial, np.int64(blocks), tril, g_l, g_loc))
+    grad = _launcher("log_prob_grad", dtype.name, d)
+    pointers = (flat, gs, loc, tril)
+    grad(
+        blocks,
+        GRAD_POINTS,
+        (*(a.data.ptr for a in pointers), n, g_value.data.ptr, partial.data.ptr),
+    )
+    finish = _launcher("log_prob_grad_finish", dtype.name, d)
+    args = (partial.data.ptr, blocks, tril.data.ptr, g_l.data.ptr, g_loc.data.ptr)
+    finish(d * d + d, FINISH_THREADS, args)
     return g_loc, g_l, g_value.reshape(value.shape)
 
 
@@ -546,10 +572,11 @@ def points_layout(batch: tuple[int, ...], own: tuple[int, ...]) -> int | None:
 
 def layout(
     loc: cupy.ndarray, tril: cupy.ndarray, batch: tuple[int, ...]
-) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
-    """(loc rows, factors, half log-determinants) of a distribution's means `loc` (broadcast to
-    `batch`) and factor `tril` (its own batch shape) laid out for the kernels: point o of a flat
-    (points..., *batch) layout meets row o % len(loc rows) and factor o % len(factors)."""
+) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray | None]:
+    """(loc rows, factors, half log-determinants: None for one factor) of a distribution's
+    means `loc` (broadcast to `batch`) and factor `tril` (its own batch shape) laid out for the
+    kernels: point o of a flat (points..., *batch) layout meets row o % len(loc rows) and factor
+    o % len(factors)."""
     d = loc.shape[-1]
     size = math.prod(batch)
     if all(st == 0 for st in loc.strides[:-1]):  # one mean, broadcast
@@ -559,13 +586,15 @@ def layout(
     rows = points_layout(batch, tuple(int(s) for s in tril.shape[:-2]))
     tril = tril if rows else cupy.broadcast_to(tril, (*batch, d, d))
     tril = cupy.ascontiguousarray(cupy.reshape(tril, (rows or size, d, d)))
-    half = cupy.sum(cupy.log(cupy.diagonal(tril, axis1=-2, axis2=-1)), axis=-1)
+    half = None  # one factor: the kernel computes it
+    if tril.shape[0] > 1:
+        half = cupy.sum(cupy.log(cupy.diagonal(tril, axis1=-2, axis2=-1)), axis=-1)
     return cupy.ascontiguousarray(loc), tril, half
 
 
 def log_prob_of(
     value: cupy.ndarray,
-    params: Callable[[], tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]],
+    params: Callable[[], tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray | None]],
     batch: tuple[int, ...],
     check: bool,
 ) -> cupy.ndarray | None:

@@ -6,40 +6,54 @@ failure bits, and one read returns them."""
 import cupy
 import numpy as np
 
+from .._lib._cuda import C_TYPES, FastKernel, grid_1d
+
 __all__ = ["scale_tril_failures"]
 
 # Thread i checks entry i of the factor (C-contiguous, D x D matrices) or, past them, entry
 # i - size(factor) of the mean: bit 0 a non-finite mean, bit 1 a non-finite factor entry,
 # bit 2 a nonzero entry above the diagonal, bit 3 a diagonal entry not > 0.
-_SCALE_TRIL_CHECKS = cupy.ElementwiseKernel(
-    "raw T tril, raw T loc, int64 n_tril, int64 d",
-    "raw uint32 failures",
-    """
+_SOURCE = r"""
+template <typename T>
+__global__ void xpops_mvn_scale_tril_checks(const T* __restrict__ tril, const T* __restrict__ loc,
+                                            const long long n_tril, const long long d,
+                                            const long long size, unsigned int* failures) {
     unsigned int f = 0;
-    if (i < n_tril) {
-        const T m = tril[i];
-        const long long col = i % d, row = (i / d) % d;
-        if (!isfinite(m)) f |= 2u;
-        if (col > row && m != (T)0) f |= 4u;
-        if (col == row && !(m > (T)0)) f |= 8u;
-    } else if (!isfinite(loc[i - n_tril])) {
-        f |= 1u;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < size;
+         i += (long long)gridDim.x * blockDim.x) {
+        if (i < n_tril) {
+            const T m = tril[i];
+            const long long col = i % d, row = (i / d) % d;
+            if (!isfinite(m)) f |= 2u;
+            if (col > row && m != (T)0) f |= 4u;
+            if (col == row && !(m > (T)0)) f |= 8u;
+        } else if (!isfinite(loc[i - n_tril])) {
+            f |= 1u;
+        }
     }
-    if (f) atomicOr(&failures[0], f);
-    """,
-    "xpops_mvn_scale_tril_checks",
-)
+    if (f) atomicOr(failures, f);
+}
+"""
+_THREADS = 256
+_MAX_BLOCKS = 1024  # the threads stride over larger parameters
+
+
+@cupy.memoize(for_each_device=True)
+def _checks(dtype_name: str) -> FastKernel:
+    name = f"xpops_mvn_scale_tril_checks<{C_TYPES[dtype_name]}>"
+    module = cupy.RawModule(code=_SOURCE, options=("-std=c++17",), name_expressions=[name])
+    return FastKernel(module.get_function(name), "ppqqqp")
 
 
 def scale_tril_failures(loc: cupy.ndarray, tril: cupy.ndarray) -> int:
-    """The failed checks of a mean `loc` (*, D) and a `scale_tril` (*, D, D), each array on its
-    own, as bits in the order of their messages (the mean's, then
-    `_factor.scale_tril_messages`): one kernel and one read from the device."""
+    """The failed checks of a mean `loc` (*, D) and a `scale_tril` (*, D, D) of one real
+    floating dtype, each array on its own, as bits in the order of their messages (the mean's,
+    then `_factor.scale_tril_messages`): one kernel and one read from the device."""
     loc, tril = cupy.ascontiguousarray(loc), cupy.ascontiguousarray(tril)
     size = int(tril.size) + int(loc.size)
     if size == 0:
         return 0
-    failures = cupy.zeros(1, dtype=np.uint32)
-    args = (tril, loc, np.int64(tril.size), np.int64(tril.shape[-1]), failures)
-    _SCALE_TRIL_CHECKS(*args, size=size)
-    return int(failures[0])
+    failures = cupy.zeros((), dtype=np.uint32)
+    args = (tril.data.ptr, loc.data.ptr, tril.size, tril.shape[-1], size, failures.data.ptr)
+    _checks(tril.dtype.name)(grid_1d(size, _THREADS, _MAX_BLOCKS), _THREADS, args)
+    return int(failures)

@@ -100,7 +100,8 @@ def log_prob_grads(
     xp: Namespace, loc: Array, tril: Array, value: Array, g: Array
 ) -> tuple[Array, Array, Array]:
     """``(g_loc, gL, g_value)`` of ``sum g * log_prob(value)``, of the shapes of `loc` (the
-    mean broadcast to the batch), `tril` (the factor, its own batch) and `value`.
+    mean broadcast to the batch), `tril` (the factor, its own batch) and `value`; ``gL`` is
+    zero above the diagonal.
 
     With ``u = L^-1 (value - loc)`` and ``w = L^-T u``: ``d/dvalue = -w``, ``d/dloc = w``,
     ``d/dL = tril(w u^T) - diag(1 / L_ii)``, each times `g` and summed over broadcast batches.
@@ -155,7 +156,8 @@ def entropy_factor(xp: Namespace, tril: Array, g: Array) -> Array:
 def kl_grads(
     xp: Namespace, loc_p: Array, tril_p: Array, loc_q: Array, tril_q: Array, g: Array
 ) -> tuple[Array, Array, Array, Array]:
-    """``(g_loc_p, gLp, g_loc_q, gLq)`` of ``sum g * KL(p || q)``, each of its operand's shape.
+    """``(g_loc_p, gLp, g_loc_q, gLq)`` of ``sum g * KL(p || q)``, each of its operand's shape
+    (``gLp`` and ``gLq`` zero above the diagonal).
 
     With ``M = Lq^-1 Lp``, ``A = Lq^-T M``, ``z = Lq^-1 (loc_q - loc_p)`` and ``w = Lq^-T z``:
     ``d/dloc_q = w = -d/dloc_p``, ``d/dLp = tril(A) - diag(1 / Lp_ii)``, ``d/dLq =
@@ -181,10 +183,14 @@ def kl_grads(
     )
 
 
-def matrix_cotangent(xp: Namespace, name: str, tril: Array, g_l: Array) -> Array:
+def matrix_cotangent(
+    xp: Namespace, name: str, tril: Array, g_l: Array, *, lower: bool = False
+) -> Array:
     """The cotangent of parameter `name` (the matrix the distribution was built from, of the
-    shape of its factor `tril`) from ``gL``, the cotangent of the factor."""
-    g_l = xp.tril(g_l)
+    shape of its factor `tril`) from ``gL``, the cotangent of the factor; `lower`: `g_l` is
+    zero above the diagonal already."""
+    if not lower:
+        g_l = xp.tril(g_l)
     if name == "scale_tril":
         return g_l
     s = xp.tril(xp.matmul(xp.matrix_transpose(tril), g_l))  # tril(L^T gL)

@@ -228,7 +228,7 @@ class MultivariateNormal(CdfMethods, Properties):
         )
         self._args = (loc_arg, matrix_arg)
         self._linv_t: Array | None = None
-        self._fused: tuple[Array, Array, Array] | None = None  # CuPy kernels' parameter layout
+        self._fused: tuple[Array, Array, Array | None] | None = None  # the CuPy kernels' layout
         self._dask = _compat.is_dask_array(matrix)
         # the factor with its own batch shape (lazy, computed and checked chunk by chunk, for Dask)
         self._loc, self._tril = dispatch(xp, _PARAMETERS, self, name, loc, matrix)
@@ -262,7 +262,7 @@ class MultivariateNormal(CdfMethods, Properties):
         arrays of float32 or float64, 1 <= D <= 32), else None."""
         return dispatch(self._xp, _FUSED, self._dtype, self._d)
 
-    def _fused_params(self, engine: Any) -> tuple[Array, Array, Array]:
+    def _fused_params(self, engine: Any) -> tuple[Array, Array, Array | None]:
         """The parameters laid out for the fused kernels (`_cupy.layout`), computed once."""
         fused = self._fused
         if fused is None:

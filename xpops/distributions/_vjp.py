@@ -142,7 +142,7 @@ def _log_prob_backward(
     g_loc, g_l, g_value = log_prob_grads(xp, mean, tril, v, g)
     return (
         _as_primal(xp, g_loc, loc),
-        _as_primal(xp, matrix_cotangent(xp, parameter, tril, g_l), matrix),
+        _as_primal(xp, matrix_cotangent(xp, parameter, tril, g_l, lower=True), matrix),
         _as_primal(xp, g_value, value),
     )
 
@@ -172,7 +172,7 @@ def _entropy_backward(
     loc, matrix, tril = residuals
     xp = _backend.get_namespace(tril)
     g = _cotangent(xp, cotangent, tril.dtype)
-    g_matrix = matrix_cotangent(xp, parameter, tril, entropy_factor(xp, tril, g))
+    g_matrix = matrix_cotangent(xp, parameter, tril, entropy_factor(xp, tril, g), lower=True)
     g_loc = xp.zeros(shape_of(loc), dtype=tril.dtype, device=_compat.device(tril))
     return _as_primal(xp, g_loc, loc), _as_primal(xp, g_matrix, matrix)
 
@@ -263,9 +263,9 @@ def _kl_backward(
     g_loc_p, g_lp, g_loc_q, g_lq = kl_grads(xp, mean_p, tril_p, mean_q, tril_q, g)
     return (
         _as_primal(xp, g_loc_p, loc_p),
-        _as_primal(xp, matrix_cotangent(xp, parameters[0], tril_p, g_lp), matrix_p),
+        _as_primal(xp, matrix_cotangent(xp, parameters[0], tril_p, g_lp, lower=True), matrix_p),
         _as_primal(xp, g_loc_q, loc_q),
-        _as_primal(xp, matrix_cotangent(xp, parameters[1], tril_q, g_lq), matrix_q),
+        _as_primal(xp, matrix_cotangent(xp, parameters[1], tril_q, g_lq, lower=True), matrix_q),
     )
 
 
