@@ -1,5 +1,7 @@
 """Dtype helpers shared by the public functions (namespace-agnostic)."""
 
+from typing import Any
+
 import numpy as np
 
 from ._compat import device
@@ -32,11 +34,27 @@ def _numpy_dtype(xp: Namespace, dtype: DType) -> bool:
     return isinstance(dtype, np.dtype) and getattr(xp, "__name__", "") in _NUMPY_DTYPE_NAMESPACES
 
 
+# is_dtype's answers by (namespace, dtype, kind): a few dtypes and kinds a namespace
+_ANSWERS: dict[tuple[Any, Any, Any], bool] = {}
+
+
 def is_dtype(xp: Namespace, dtype: DType, kind: str | tuple[str, ...]) -> bool:
     """``xp.isdtype``, False (not an error) for things that are not dtypes of `xp`, strings
-    included (JAX's ``isdtype`` takes ``"float64"``; the array API's dtypes are objects)."""
+    included (JAX's ``isdtype`` takes ``"float64"``; the array API's dtypes are objects).
+    Answers are kept (the checks of short GPU calls ask the same questions every call)."""
     if isinstance(dtype, str):
         return False
+    key = (xp, dtype, kind)
+    try:
+        return _ANSWERS[key]
+    except KeyError:
+        answer = _ANSWERS[key] = _is_dtype(xp, dtype, kind)
+        return answer
+    except TypeError:  # an unhashable dtype
+        return _is_dtype(xp, dtype, kind)
+
+
+def _is_dtype(xp: Namespace, dtype: DType, kind: str | tuple[str, ...]) -> bool:
     if _numpy_dtype(xp, dtype):
         kinds = (kind,) if isinstance(kind, str) else kind
         if all(k in _KIND_CHARS for k in kinds):
