@@ -7,7 +7,14 @@ import numpy as np
 from ._compat import device
 from ._typing import Array, DType, Namespace
 
-__all__ = ["INT32_MAX", "INT64_MAX", "default_float", "is_dtype", "is_low_precision"]
+__all__ = [
+    "INT32_MAX",
+    "INT64_MAX",
+    "default_float",
+    "dtype_name",
+    "is_dtype",
+    "is_low_precision",
+]
 
 #: The largest value of int32 and of int64, the index dtypes: what an index or a count of
 #: entries must not exceed to be held in them.
@@ -32,6 +39,20 @@ _KIND_CHARS = {
 
 def _numpy_dtype(xp: Namespace, dtype: DType) -> bool:
     return isinstance(dtype, np.dtype) and getattr(xp, "__name__", "") in _NUMPY_DTYPE_NAMESPACES
+
+
+# dtype_name's answers by dtype
+_NAMES: dict[Any, str] = {}
+
+
+def dtype_name(dtype: Any) -> str:
+    """``numpy.dtype(dtype).name``, kept by dtype: NumPy computes the name in Python (about
+    2 us a call, which the kernel choices of a short GPU call would pay several times)."""
+    try:
+        return _NAMES[dtype]
+    except KeyError:
+        name = _NAMES[dtype] = np.dtype(dtype).name
+        return name
 
 
 # is_dtype's answers by (namespace, dtype, kind): a few dtypes and kinds a namespace

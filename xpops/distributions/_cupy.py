@@ -32,6 +32,7 @@ import numpy as np
 
 from .._lib import _random
 from .._lib._cuda import C_TYPES, FastKernel, grid_1d, multiprocessors
+from .._lib._dtypes import dtype_name
 from ._common import bad_values, batch_of
 
 __all__ = [
@@ -481,7 +482,7 @@ def _launcher(kind: str, dtype_name: str, d: int) -> FastKernel:
 
 def supported(dtype: object, d: int) -> bool:
     """Whether the fused kernels take this dtype and event size."""
-    return 1 <= d <= MAX_D and np.dtype(dtype).name in C_TYPES  # type: ignore[call-overload]
+    return 1 <= d <= MAX_D and dtype_name(dtype) in C_TYPES
 
 
 def kernels_for(dtype: Any, d: int) -> ModuleType | None:
@@ -517,7 +518,7 @@ def log_prob(
             out.data.ptr,
             0 if flag is None else flag.data.ptr,
         )
-        _launcher("log_prob", value.dtype.name, d)(grid_1d(n, POINTS), POINTS, args)
+        _launcher("log_prob", dtype_name(value.dtype), d)(grid_1d(n, POINTS), POINTS, args)
     return out, flag
 
 
@@ -562,14 +563,14 @@ def log_prob_grads(
     partial = cupy.empty((d * (d + 1) // 2 + d + 1, columns), dtype=dtype)
     g_l = cupy.empty((d, d), dtype=dtype)
     g_loc = cupy.empty(d, dtype=dtype)
-    grad = _launcher("log_prob_grad", dtype.name, d)
+    grad = _launcher("log_prob_grad", dtype_name(dtype), d)
     pointers = (flat, gs, loc, tril)
     grad(
         blocks,
         GRAD_POINTS,
         (*(a.data.ptr for a in pointers), n, g_value.data.ptr, partial.data.ptr),
     )
-    finish = _launcher("log_prob_grad_finish", dtype.name, d)
+    finish = _launcher("log_prob_grad_finish", dtype_name(dtype), d)
     args = (partial.data.ptr, columns, tril.data.ptr, g_l.data.ptr, g_loc.data.ptr)
     finish(d * d + d, FINISH_THREADS, args)
     return g_loc, g_l, g_value.reshape(value.shape)
@@ -613,7 +614,7 @@ def sample(n: int, loc: cupy.ndarray, tril: cupy.ndarray, rng: Any, dtype: Any) 
     out = cupy.empty((n, d), dtype=dtype)
     k0, k1, device_key = _key(rng)
     if n:
-        kernel = _kernel("sample", out.dtype.name, d)
+        kernel = _kernel("sample", dtype_name(out.dtype), d)
         args = (
             loc,
             tril,

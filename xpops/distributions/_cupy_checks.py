@@ -7,6 +7,7 @@ import cupy
 import numpy as np
 
 from .._lib._cuda import C_TYPES, FastKernel, grid_1d
+from .._lib._dtypes import dtype_name
 
 __all__ = ["scale_tril_failures"]
 
@@ -55,5 +56,5 @@ def scale_tril_failures(loc: cupy.ndarray, tril: cupy.ndarray) -> int:
         return 0
     failures = cupy.zeros((), dtype=np.uint32)
     args = (tril.data.ptr, loc.data.ptr, tril.size, tril.shape[-1], size, failures.data.ptr)
-    _checks(tril.dtype.name)(grid_1d(size, _THREADS, _MAX_BLOCKS), _THREADS, args)
+    _checks(dtype_name(tril.dtype))(grid_1d(size, _THREADS, _MAX_BLOCKS), _THREADS, args)
     return int(failures)

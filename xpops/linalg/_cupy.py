@@ -38,6 +38,7 @@ import cupy
 import numpy as np
 
 from .._lib._cuda import FastKernel, c_type, grid_1d
+from .._lib._dtypes import dtype_name
 from .._lib._typing import Namespace
 
 # Systems with LANES_MAX_M < M <= SMALL_MAX_M use the small kernel. Measured on an H100:
@@ -400,7 +401,7 @@ def lanes_launch(
     lanes, threads = _lanes_config(M, dtype.itemsize)
     columns = 1 if single else SMALL_COLUMNS
     with cupy.cuda.Device(device):
-        kernel = _lanes_kernel(*family, dtype.name, M, columns, threads)
+        kernel = _lanes_kernel(*family, dtype_name(dtype), M, columns, threads)
     return lanes, threads, kernel
 
 
@@ -447,7 +448,7 @@ def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> cupy.ndarray
 
 def _solve_small(x, y, out, batch, M, K, upper):
     m_max, columns, systems, threads = _small_config(M, K, x.dtype.itemsize)
-    kernel = _small_kernel(x.dtype.name, m_max, columns, systems)
+    kernel = _small_kernel(dtype_name(x.dtype), m_max, columns, systems)
     n, pointers, indexes, _held = _operands(x, y, out, batch)
     args = (*pointers, n, M, K, int(upper), *indexes)
     kernel(grid_1d(n, systems), threads, args)
@@ -462,7 +463,9 @@ def _solve_blas(x, y, out, batch, M, K, upper):
     complex_ = x.dtype.kind == "c"
     # column-major (M, K) per system: the row-major (K, M) transpose
     work = cupy.ascontiguousarray(cupy.swapaxes(cupy.broadcast_to(x, out.shape), -1, -2))
-    prefix = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}[x.dtype.name]
+    prefix = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}[
+        dtype_name(x.dtype)
+    ]
     # The buffer of a row-major factor F is F^T to cuBLAS and cuSOLVER: L^T (upper) or U^T
     # (lower); for complex factors it is conj(L^H) or conj(U^H), so A's conjugate is solved
     # on conjugated right-hand sides.

@@ -25,7 +25,7 @@ import cupyx.scipy.sparse as csp
 import numpy as np
 
 from .._lib._cuda import grid_1d, multiprocessors, scratch
-from .._lib._dtypes import INT32_MAX
+from .._lib._dtypes import INT32_MAX, dtype_name
 from ._common import quotient_dtype
 from ._cupyx_coo import coo_kernels
 from ._cupyx_fill import fill_kernels
@@ -352,7 +352,7 @@ def csr_of_coo(coords: Any, rows: int, index: Any) -> tuple[Any, Any]:
     if n == 0:
         return cupy.zeros(rows + 1, dtype=index), cupy.empty(0, dtype=index)
     indptr, indices = cupy.empty(rows + 1, dtype=index), cupy.empty(n, dtype=index)
-    kernel = coo_kernels(np.dtype(index).name)["csr_of_coo"]
+    kernel = coo_kernels(dtype_name(index))["csr_of_coo"]
     args = (coords.data.ptr, n, rows, indptr.data.ptr, indices.data.ptr)
     kernel(_blocks(max(n, rows + 1)), THREADS, args)
     return indptr, indices
@@ -381,7 +381,7 @@ def coo_indices(indptr: Any, indices: Any) -> Any:
     rows, n = int(indptr.size) - 1, int(indices.size)
     out = cupy.empty((2, n), dtype=np.int64)
     if n:
-        kernel = coo_kernels(indices.dtype.name)["coo_indices"]
+        kernel = coo_kernels(dtype_name(indices.dtype))["coo_indices"]
         kernel(
             _blocks(32 * rows), THREADS, (indptr.data.ptr, indices.data.ptr, rows, n, out.data.ptr)
         )

@@ -10,6 +10,7 @@ import cupy
 import numpy as np
 
 from .._lib._cuda import INDEX_C_TYPES, c_type
+from .._lib._dtypes import dtype_name
 from ._cupyx_kernels import QUOTIENT, TILING, compile_family
 
 __all__ = ["fill_kernels"]
@@ -282,7 +283,7 @@ def fill_kernels(dtype: np.dtype, index: np.dtype) -> dict[str, Any]:
     """``fill``, ``runs``, ``values`` and ``sum_runs`` for values of `dtype` and indices of
     dtype `index`, compiled on first use for the current device (keyed by the dtypes, as
     `match_kernels`)."""
-    t, i = c_type(dtype.name, "complex"), INDEX_C_TYPES[index.name]
+    t, i = c_type(dtype_name(dtype), "complex"), INDEX_C_TYPES[dtype_name(index)]
     names = {
         "fill": f"xpops_sparse_divide_fill<{t}, {i}>",
         "runs": f"xpops_sparse_divide_runs<{t}, {i}>",

@@ -25,6 +25,7 @@ import cupy
 import numpy as np
 
 from .._lib._cuda import INDEX_C_TYPES, c_type, grid_1d, multiprocessors
+from .._lib._dtypes import dtype_name
 from ._cupyx_kernels import BLOCKS_PER_SM, QUOTIENT, THREADS, compile_family
 from ._host import index_dtype
 from ._views import known_canonical
@@ -163,7 +164,7 @@ def takes(x: Any, y: Any, out: Any) -> bool:
         fmt in ("csr", "csc")
         and x.format == fmt
         and getattr(y, "format", None) == fmt
-        and np.dtype(out.dtype).name in _VALUE_DTYPES
+        and dtype_name(out.dtype) in _VALUE_DTYPES
         and all(known_canonical(a) for a in (x, y, out))
     )
 
@@ -231,7 +232,7 @@ def _launch(x: tuple, y: tuple, out: tuple, c: tuple, ctype: np.dtype) -> tuple[
     def values(a: Any) -> Any:
         return cupy.ascontiguousarray(a.astype(ctype, copy=False))
 
-    kernel = _kernel(ctype.name, index.name)
+    kernel = _kernel(dtype_name(ctype), dtype_name(index))
     yptr, yidx, yval = idx(y[0]), idx(y[1]), values(y[2])
     optr, oidx, oval = idx(out[0]), idx(out[1]), values(out[2])
     cptr, cidx = (idx(c[0]), idx(c[1])) if c[0] is not None else (None, None)

@@ -9,6 +9,7 @@ import cupy
 import numpy as np
 
 from .._lib._cuda import INDEX_C_TYPES
+from .._lib._dtypes import dtype_name
 from ._cupyx_kernels import TILING, compile_family
 
 __all__ = ["match_kernels"]
@@ -307,7 +308,7 @@ def match_kernels(index: np.dtype) -> dict[str, Any]:
     """``tile_rows``, ``match``, ``scan`` and ``indptr`` for indices of dtype `index`, compiled
     on first use for the current device. Keyed by the dtype itself: NumPy computes a dtype's
     ``name`` in Python, about 2 us a call."""
-    i = INDEX_C_TYPES[index.name]
+    i = INDEX_C_TYPES[dtype_name(index)]
     names = {
         "tile_rows": f"xpops_sparse_divide_tile_rows<{i}>",
         "match": f"xpops_sparse_divide_match<{i}>",

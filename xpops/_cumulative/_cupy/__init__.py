@@ -41,6 +41,7 @@ import math
 import cupy
 
 from ..._lib import _compat
+from ..._lib._dtypes import dtype_name
 from .._logdepth import log_depth_scan
 from . import _columns, _rows, _tiles, _totals
 
@@ -84,7 +85,7 @@ def _kind(shape: tuple[int, ...], axis: int, dtype_name: str) -> str:
 
 def _tiles_kind(x: cupy.ndarray, axis: int) -> str | None:
     """The tiles kernel that scans `axis` of `x` (real, C-contiguous), or None if another does."""
-    kind = _kind(x.shape, axis, x.dtype.name)
+    kind = _kind(x.shape, axis, dtype_name(x.dtype))
     return kind if kind in ("tiles", "tiles_staged") else None
 
 
@@ -165,7 +166,7 @@ def logcumsumexp(
     out = cupy.empty(x.shape, x.dtype)  # x is C-contiguous; empty_like costs 4 us more
     if x.size == 0:
         return out
-    name = x.dtype.name
+    name = dtype_name(x.dtype)
     shape = x.shape
     L = shape[axis]
     outer = math.prod(shape[:axis])

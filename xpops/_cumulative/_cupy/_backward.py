@@ -36,6 +36,7 @@ import cupy
 import numpy as np
 
 from ..._lib._cuda import C_TYPES, MAX_GRID_Y, multiprocessors
+from ..._lib._dtypes import dtype_name
 from . import choose_kernel, logcumsumexp
 from ._device import CHUNKS, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
 
@@ -436,7 +437,7 @@ def _choose(x: cupy.ndarray, axis: int) -> str:
     """grad_tiles where the forward scans by tiles, grad_columns for a strided axis of at least
     a warp of adjacent columns and GRAD_COLUMN_MIN_LANES columns in all, the two scans
     otherwise (many short rows, few columns)."""
-    if x.dtype.name not in C_TYPES:
+    if dtype_name(x.dtype) not in C_TYPES:
         return "two_scans"
     kind = choose_kernel(x.shape, axis)
     if kind == "tiles":
@@ -451,7 +452,7 @@ def _choose(x: cupy.ndarray, axis: int) -> str:
 def _grad_tiles_scan(
     x: cupy.ndarray, y: cupy.ndarray, g: cupy.ndarray, axis: int, exclusive: bool, reverse: bool
 ) -> cupy.ndarray:
-    name = x.dtype.name
+    name = dtype_name(x.dtype)
     L = x.shape[axis]
     rows = x.size // L
     tiles_per_row = -(-L // grad_tile_items(name))
@@ -492,7 +493,7 @@ def _grad_columns_scan(
     segments = max(1, min(L // GRAD_COLUMN_MIN_SEGMENT, wanted, MAX_GRID_Y))
     seg = -(-L // segments)
     segments = -(-L // seg)
-    maps_kernel, columns_kernel = _grad_columns(x.dtype.name)
+    maps_kernel, columns_kernel = _grad_columns(dtype_name(x.dtype))
     maps = cupy.empty((segments, lanes, 2), x.dtype)
     dx = cupy.empty(x.shape, x.dtype)
     grid = (-(-lanes // GRAD_COLUMN_THREADS), segments)

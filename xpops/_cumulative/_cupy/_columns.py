@@ -15,6 +15,7 @@ import cupy
 import numpy as np
 
 from ..._lib._cuda import C_TYPES
+from ..._lib._dtypes import dtype_name
 from ._device import FAST_PATH, LOOK_BACK, PAIRS, look_back_state
 
 __all__ = [
@@ -293,8 +294,8 @@ def scan_columns(
 ) -> None:
     """The scan of `x` (C-contiguous, shape (outer, L, inner)) along L into `out` by the
     columns kernel."""
-    kernel = kernels(x.dtype.name)["columns"]
-    items = COLUMN_ITEMS[x.dtype.name]
+    kernel = kernels(dtype_name(x.dtype))["columns"]
+    items = COLUMN_ITEMS[dtype_name(x.dtype)]
     lanes = outer * inner
     groups = -(-lanes // BLOCK)
     tiles = groups * -(-L // items)
@@ -327,7 +328,7 @@ def scan_column_blocks(
 ) -> None:
     """The scan of `x` (C-contiguous, shape (outer, L, inner)) along L into `out` by the
     column_blocks kernel."""
-    kernel = kernels(x.dtype.name)["column_blocks"]
+    kernel = kernels(dtype_name(x.dtype))["column_blocks"]
     lanes = outer * inner
     kernel(
         (-(-lanes // 32),),

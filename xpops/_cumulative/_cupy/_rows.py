@@ -15,6 +15,7 @@ import cupy
 import numpy as np
 
 from ..._lib._cuda import C_TYPES
+from ..._lib._dtypes import dtype_name
 from ._device import CHUNKS, FAST_PATH, PAIRS, VECTOR, WARP
 
 __all__ = [
@@ -324,7 +325,7 @@ def scan(
     x: cupy.ndarray, out: cupy.ndarray, rows: int, L: int, exclusive: bool, reverse: bool
 ) -> None:
     """The scan of the `rows` rows of length `L` of `x` (C-contiguous) into `out`."""
-    kernel(x.dtype.name)(
+    kernel(dtype_name(x.dtype))(
         (-(-rows // ROWS_BLOCK),),
         (ROWS_BLOCK,),
         (x, out, np.int64(rows), np.int64(L), np.int32(exclusive), np.int32(reverse)),
@@ -362,7 +363,7 @@ def scan_groups(
 ) -> None:
     """The scan of the `rows` rows of length `L` (at most `group_rows_max_len`) of `x`
     (C-contiguous) into `out` by the group_rows kernel."""
-    name = x.dtype.name
+    name = dtype_name(x.dtype)
     lanes, rounds, u = group_layout(L, name)
     vec = VECTOR[name]
     align = 16

@@ -17,6 +17,7 @@ import cupy
 import numpy as np
 
 from ..._lib._cuda import C_TYPES, multiprocessors
+from ..._lib._dtypes import dtype_name
 from ._device import CHUNKS, FAST_PATH, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
 
 __all__ = [
@@ -524,7 +525,7 @@ def scan(
 ) -> None:
     """The scan of the `rows` rows of length `L` of `x` (C-contiguous) into `out` by the tiles
     kernel `kind`; `carry` (rows,): each row's carry, or None."""
-    name = x.dtype.name
+    name = dtype_name(x.dtype)
     kernel = kernels(name)[kind]
     tiles_per_row = -(-L // (TILES_BLOCK * tile_items(kind, name)))
     tiles = rows * tiles_per_row

@@ -10,6 +10,7 @@ import cupy
 import numpy as np
 
 from ..._lib._cuda import C_TYPES, multiprocessors
+from ..._lib._dtypes import dtype_name
 from ._device import CHUNKS, PAIRS, VECTOR, WARP
 
 __all__ = [
@@ -118,14 +119,14 @@ def kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
 def row_totals(x: cupy.ndarray, rows: int, L: int) -> cupy.ndarray:
     """``log(sum(exp(row)))`` of each of the `rows` rows of length `L` of `x` (C-contiguous,
     not empty), with the scan's special values: a (rows,) array of the dtype of `x`."""
-    step = TOTAL_ROUNDS * TOTAL_THREADS * VECTOR[x.dtype.name]
+    step = TOTAL_ROUNDS * TOTAL_THREADS * VECTOR[dtype_name(x.dtype)]
     # about TOTAL_BLOCKS_PER_SM blocks an SM in all, each part a whole number of steps
     parts = max(1, min(-(-L // step), TOTAL_BLOCKS_PER_SM * multiprocessors() // rows))
     part = -(-L // (parts * step)) * step
     parts = -(-L // part)
     partials = cupy.empty(2 * rows * parts, x.dtype)
     totals = cupy.empty(rows, x.dtype)
-    compiled = kernels(x.dtype.name)
+    compiled = kernels(dtype_name(x.dtype))
     compiled["parts"](
         (rows * parts,),
         (TOTAL_THREADS,),
