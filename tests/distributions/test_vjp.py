@@ -287,6 +287,26 @@ def test_kl_of_a_distribution_with_itself():
         np.testing.assert_allclose(g, 0, atol=1e-12)
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf * 0 in the products below it
+def test_infinite_cotangent_leaves_zeros_above_the_diagonal(xp):
+    """An infinite cotangent of the density or the entropy gives a scale_tril cotangent of
+    exact zeros above the diagonal (the factor's entries there are not parameters), in the
+    engines that compute the factor's cotangent (NumPy's one distribution, the general code
+    for a batch)."""
+    skip_jax(xp)
+    rng = np.random.default_rng(7)
+    for batch in [(), (2,)]:
+        tril = np.linalg.cholesky(random_cov(rng, batch))
+        d = MultivariateNormal(as_xp(xp, rng.standard_normal(D)), scale_tril=as_xp(xp, tril))
+        value = as_xp(xp, rng.standard_normal((3, *batch, D)))
+        for method, args in [(MultivariateNormal.log_prob, (value,)),
+                             (MultivariateNormal.entropy, ())]:  # fmt: skip
+            out, pullback = xpops.vjp(method, d, *args)
+            g = to_numpy(pullback(as_xp(xp, np.full(tuple(out.shape), np.inf)))[0]["scale_tril"])
+            above = np.triu(np.ones((D, D), dtype=bool), 1)
+            assert (g[..., above] == 0).all(), (method.__name__, batch)
+
+
 # ---- the parameters as given: shapes and dtypes of the cotangents ---------------------------
 
 

@@ -53,9 +53,9 @@ __all__ = [
 MAX_D = 32  # z[D] (and eps[D]) live in registers; above this the generic path is used
 POINTS = 128  # points (threads) a block; the float64 D=32 tile is 128 x 33 x 8 = 33 KiB
 GRAD_POINTS = 64  # log_prob_grad's points a block (float64 D = 32: 33 KiB of tiles, 8 of factor)
-# log_prob_grad's blocks an SM (its launch bounds, at most 128 registers) and its grid, one wave
-# of them: H200, 1e6 points, D = 16, 0.102 ms in float32 and 0.144 in float64 against 0.154
-# and 0.201 at 4 blocks
+# log_prob_grad's blocks an SM (its launch bounds, at most 128 registers) and its grid, a wave
+# of them (where shared memory holds them all): H200, 1e6 points, D = 16, 0.102 ms in float32
+# and 0.144 in float64 against 0.154 and 0.201 at 4 blocks
 GRAD_MIN_BLOCKS = 8
 FINISH_THREADS = 256  # log_prob_grad_finish's threads, a block an output element
 
@@ -289,12 +289,12 @@ __global__ void __launch_bounds__(MVN_GRAD_POINTS, MVN_GRAD_MIN_BLOCKS) xpops_mv
     if (blk == 0) out[(long long)(Layout::ENTRIES - 1) * columns] = acc_g;
 }
 
-// The sums of the blocks' partial sums: block e < D * D makes element (i, j) of the factor's
-// cotangent (0 above the diagonal, minus sum(g) / L_ii on it), block D * D + i element i of the
-// mean's.
+// The sums of log_prob_grad's partial sums (`columns` of them an entry): block e < D * D makes
+// element (i, j) of the factor's cotangent (0 above the diagonal, minus sum(g) / L_ii on it),
+// block D * D + i element i of the mean's.
 template <typename T, int D>
 __global__ void __launch_bounds__(MVN_FINISH_THREADS) xpops_mvn_log_prob_grad_finish(
-        const T* __restrict__ partial, const long long blocks, const T* __restrict__ tril,
+        const T* __restrict__ partial, const long long columns, const T* __restrict__ tril,
         T* __restrict__ g_l, T* __restrict__ g_loc) {
     constexpr int PACK = D * (D + 1) / 2;
     __shared__ T red_a[MVN_FINISH_THREADS / 32], red_b[MVN_FINISH_THREADS / 32];
@@ -311,9 +311,9 @@ __global__ void __launch_bounds__(MVN_FINISH_THREADS) xpops_mvn_log_prob_grad_fi
     }
     const bool diag = e < D * D && i == j;
     T a = T(0), b = T(0);
-    for (long long k = threadIdx.x; k < blocks; k += MVN_FINISH_THREADS) {
-        a += partial[column * blocks + k];
-        if (diag) b += partial[(long long)(PACK + D) * blocks + k];
+    for (long long k = threadIdx.x; k < columns; k += MVN_FINISH_THREADS) {
+        a += partial[column * columns + k];
+        if (diag) b += partial[(long long)(PACK + D) * columns + k];
     }
     #pragma unroll
     for (int s = 16; s > 0; s >>= 1) {
@@ -555,7 +555,8 @@ def log_prob_grads(
     gs = cupy.ascontiguousarray(g.reshape(n))
     tril = cupy.ascontiguousarray(tril)
     loc = cupy.ascontiguousarray(loc)  # the mean may be a broadcast (stride 0) or a view
-    # one wave of resident blocks, each striding over the tiles: few partial sums to add up
+    # a wave of resident blocks (float64 with D > 20 holds fewer an SM, for its shared memory,
+    # and runs a part of a second one), each striding over the tiles: few partial sums to add
     blocks = grid_1d(n, GRAD_POINTS, multiprocessors() * GRAD_MIN_BLOCKS)
     columns = blocks * _grad_groups(d)
     dtype = value.dtype

@@ -76,9 +76,7 @@ def factor(xp: Namespace, name: str, m: Array, dtype: Any, validate: bool) -> Ar
     shape: the lower triangle of a ``scale_tril``, the Cholesky factor of a covariance, and
     of a precision P the inverse transpose of its reversed Cholesky factor."""
     if name == "scale_tril":
-        # checked, it is zero above the diagonal (the checks raise otherwise), its own lower
-        # triangle; under a JAX trace its values are not checked
-        return m if validate and not _compat.is_traced(m) else xp.tril(m)
+        return xp.tril(m)
     if name == "covariance_matrix":
         return _cholesky(xp, name, m, validate)
     # precision P = U U^T with U = flip(chol(flip(P))) upper triangular; then

@@ -92,8 +92,17 @@ def outer_sum(xp: Namespace, a: Array, b: Array, tril: Array) -> Array:
 
 
 def _diagonal(xp: Namespace, v: Array, tril: Array) -> Array:
-    """The matrices of diagonal `v` (*, D), in the dtype of `tril`."""
-    return _eye(xp, tril) * v[..., None, :]
+    """The matrices of diagonal `v` (*, D), in the dtype of `tril`: zeros off the diagonal
+    whatever `v` holds (``eye * v`` would put NaN there for an infinite `v`)."""
+    d = int(tril.shape[-1])
+    v = xp.astype(v, tril.dtype) if v.dtype != tril.dtype else v
+    shape = (*shape_of(v)[:-1], d, d)
+    on = xp.eye(d, dtype=xp.bool, device=_compat.device(tril))
+    return xp.where(
+        on,
+        xp.broadcast_to(v[..., None, :], shape),
+        xp.zeros(shape, dtype=v.dtype, device=_compat.device(tril)),
+    )
 
 
 def log_prob_grads(
@@ -156,8 +165,7 @@ def entropy_factor(xp: Namespace, tril: Array, g: Array) -> Array:
 def kl_grads(
     xp: Namespace, loc_p: Array, tril_p: Array, loc_q: Array, tril_q: Array, g: Array
 ) -> tuple[Array, Array, Array, Array]:
-    """``(g_loc_p, gLp, g_loc_q, gLq)`` of ``sum g * KL(p || q)``, each of its operand's shape
-    (``gLp`` and ``gLq`` zero above the diagonal).
+    """``(g_loc_p, gLp, g_loc_q, gLq)`` of ``sum g * KL(p || q)``, each of its operand's shape.
 
     With ``M = Lq^-1 Lp``, ``A = Lq^-T M``, ``z = Lq^-1 (loc_q - loc_p)`` and ``w = Lq^-T z``:
     ``d/dloc_q = w = -d/dloc_p``, ``d/dLp = tril(A) - diag(1 / Lp_ii)``, ``d/dLq =

@@ -247,7 +247,10 @@ class MultivariateNormal(CdfMethods, Properties):
             for bit, message in enumerate(messages):
                 if failures >> bit & 1:
                     raise ValueError(message)
-        elif self._validate:  # one read from the device for all the checks
+            # checked to be zero above the diagonal: a copy is its lower triangle (and the
+            # distribution's own, as `tril` would make it)
+            return self._loc, matrix.copy()
+        if self._validate:  # one read from the device for all the checks
             checks = [(xp.isfinite(loc), bad_loc(shape_of(loc)))]
             raise_unless(xp, checks + matrix_checks(xp, name, matrix, self._dtype))
         tril = factor(xp, name, matrix, self._dtype, self._validate)

@@ -263,9 +263,9 @@ def _kl_backward(
     g_loc_p, g_lp, g_loc_q, g_lq = kl_grads(xp, mean_p, tril_p, mean_q, tril_q, g)
     return (
         _as_primal(xp, g_loc_p, loc_p),
-        _as_primal(xp, matrix_cotangent(xp, parameters[0], tril_p, g_lp, lower=True), matrix_p),
+        _as_primal(xp, matrix_cotangent(xp, parameters[0], tril_p, g_lp), matrix_p),
         _as_primal(xp, g_loc_q, loc_q),
-        _as_primal(xp, matrix_cotangent(xp, parameters[1], tril_q, g_lq, lower=True), matrix_q),
+        _as_primal(xp, matrix_cotangent(xp, parameters[1], tril_q, g_lq), matrix_q),
     )
 
 
