@@ -114,7 +114,7 @@ def log_prob_grads(
 
     With ``u = L^-1 (value - loc)`` and ``w = L^-T u``: ``d/dvalue = -w``, ``d/dloc = w``,
     ``d/dL = tril(w u^T) - diag(1 / L_ii)``, each times `g` and summed over broadcast batches.
-    CuPy arrays of one distribution take a fused kernel (`._cupy.log_prob_grads`).
+    CuPy arrays of one distribution take fused kernels (`._cupy_grad.log_prob_grads`).
     """
     return dispatch(xp, _LOG_PROB_GRADS, loc, tril, value, g, xp=xp)
 
@@ -148,7 +148,7 @@ def generic_log_prob_grads(
 _LOG_PROB_GRADS = Engines(
     __package__,
     numpy="._numpy:log_prob_grads",
-    cupy="._cupy:log_prob_grads",
+    cupy="._cupy_grad:log_prob_grads",
     dask=generic_log_prob_grads,
     generic=generic_log_prob_grads,
     torch=CUDA_ENGINES,
