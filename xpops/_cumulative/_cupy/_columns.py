@@ -16,7 +16,7 @@ import numpy as np
 
 from ..._lib._cuda import C_TYPES
 from ..._lib._dtypes import dtype_name
-from ._device import FAST_PATH, LOOK_BACK, PAIRS, look_back_state
+from ._device import FAST_PATH, LOOK_BACK, PAIRS, TILE_MATH, look_back_state
 
 __all__ = [
     "BLOCK",
@@ -35,28 +35,21 @@ COLUMN_BLOCK_THREADS = 256
 COLUMN_BLOCK_ITEMS = {"float32": 16, "float64": 8}
 
 _SOURCE = r"""
-// Fast path with the sums against `ref` computed again from v[] instead of kept (registers).
+// Fast path of a run from its running sums c[] against `ref` (inclusive: c[k] holds the terms
+// up to k) and its first element x0, after the prefix P.
 template <typename T, int N>
-__device__ __forceinline__ void fast_outputs_recompute(const T* v, T ref, Pair<T> P,
-                                                       int exclusive, T* o) {
+__device__ __forceinline__ void fast_outputs(const T* c, T x0, T ref, Pair<T> P, int exclusive,
+                                             const TileMath<T>& math, T* o) {
     const Rebase<T> f = rebase(P, ref);
-    const T R = f.R, a = f.a, b = f.b;
-    // outputs of a single finite term (see `sole`); after an empty prefix, so.s is the run's
-    // first term, set where the loop computes it
-    const bool empty = P.m == neg_inf<T>();
-    Sole<T> so = sole(P, v[0], T(0));
-    T acc = T(0);
+    // outputs of a single finite term (see `sole`); after an empty prefix, the run's first
+    // term is c[0]
+    const Sole<T> so = sole(P, x0, P.m == neg_inf<T>() ? c[0] : T(0));
+    const T first = value(P);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-        const T e = xexp(v[k] - ref);
-        if (k == 0 && empty) so.s = e;
-        if (exclusive) {
-            o[k] = (k == 0) ? value(P) : (acc == so.s) ? so.out : R + xlog(a + acc * b);
-            acc += e;
-        } else {
-            acc += e;
-            o[k] = (acc == so.s) ? so.out : R + xlog(a + acc * b);
-        }
+        const T s = exclusive ? (k == 0 ? T(0) : c[k - 1]) : c[k];
+        const T o_k = (s == so.s) ? so.out : f.R + math.log(f.a + f.b * s);
+        o[k] = (exclusive && k == 0) ? first : o_k;
     }
 }
 
@@ -80,23 +73,29 @@ __device__ __noinline__ Pair<T> exact_aggregate(const T* p, long long stride, in
 }
 
 // A thread's run of N elements down a strided column (rows start.. of `col`, stride `inner`,
-// -inf past `count`) into v[], and the run's aggregate against its maximum `ref` (or exact).
+// -inf past `count`): its first element `x0`, its maximum `ref` and its aggregate. For finite
+// `ref`, v[] holds the run's running sums against `ref` (see `fast_outputs`); otherwise the
+// aggregate is exact and v[] is left unused.
 template <typename T, int N>
 __device__ __forceinline__ Pair<T> column_run(const T* col, long long L, long long inner,
-                                              long long start, int count, int reverse, T* v,
-                                              T& ref) {
+                                              long long start, int count, int reverse,
+                                              const TileMath<T>& math, T* v, T& x0, T& ref) {
 #pragma unroll
     for (int k = 0; k < N; ++k) {
         const long long l = start + k;
         v[k] = k < count ? col[(reverse ? L - 1 - l : l) * inner] : neg_inf<T>();
     }
+    x0 = v[0];
     ref = v[0];
 #pragma unroll
     for (int k = 1; k < N; ++k) ref = nan_max(ref, v[k]);
     if (isfinite(ref)) {
         T acc = T(0);
 #pragma unroll
-        for (int k = 0; k < N; ++k) acc += xexp(v[k] - ref);
+        for (int k = 0; k < N; ++k) {
+            acc += math.exp(v[k] - ref);
+            v[k] = acc;
+        }
         return Pair<T>{ref, acc};
     }
     // read again from memory: indexing v[] in a loop that is not unrolled would put it in
@@ -113,9 +112,11 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
                            const long long groups, const int exclusive, const int reverse,
                            unsigned long long* __restrict__ state) {
     __shared__ unsigned long long tile_id;
+    __shared__ TileMath<T> math;
     const int tid = threadIdx.x;
     const LookBack<T> lb(state, (long long)gridDim.x * BLOCK);  // a slot per thread
     if (tid == 0) tile_id = atomicAdd(lb.counter, 1ull) + 1ull;  // the counter starts at ~0
+    math.fill();
     __syncthreads();
     const long long tile = tile_id;
     const long long q = tile / groups, g = tile % groups;
@@ -127,8 +128,9 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
     const long long start = q * ITEMS;
     const int count = (int)min((long long)ITEMS, L - start);
 
-    T v[ITEMS], ref;
-    const Pair<T> agg = column_run<T, ITEMS>(xc, L, inner, start, count, reverse, v, ref);
+    T v[ITEMS], x0, ref;
+    const Pair<T> agg =
+        column_run<T, ITEMS>(xc, L, inner, start, count, reverse, math, v, x0, ref);
 
     // look-back along this column: tile q-1 of the same group is `tile - groups`
     const long long slot = tile * BLOCK + tid;
@@ -146,10 +148,9 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
         publish(&lb.incls[slot], combine(prefix, agg));
     }
 
-    if (fast_ok(ref, v[0], prefix)) {
-        // the sums against `ref` are computed again rather than kept: registers are the limit
+    if (fast_ok(ref, x0, prefix)) {
         T o[ITEMS];
-        fast_outputs_recompute<T, ITEMS>(v, ref, prefix, exclusive, o);
+        fast_outputs<T, ITEMS>(v, x0, ref, prefix, exclusive, math, o);
 #pragma unroll
         for (int k = 0; k < ITEMS; ++k) {
             const long long l = start + k;
@@ -178,7 +179,10 @@ xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
     constexpr int WARPS = THREADS / 32;
     __shared__ T run_sum[WARPS][32];
     __shared__ Pair<T> run_agg[WARPS][32];
+    __shared__ TileMath<T> math;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    math.fill();
+    __syncthreads();
     const long long lane_id = (long long)blockIdx.x * 32 + lane;
     const bool active = lane_id < lanes;
     const long long o_idx = active ? lane_id / inner : 0, i_idx = active ? lane_id % inner : 0;
@@ -188,8 +192,9 @@ xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
     for (long long base = 0; base < L; base += (long long)WARPS * ITEMS) {
         const long long start = base + (long long)warp * ITEMS;
         const int count = active ? (int)max(0LL, min((long long)ITEMS, L - start)) : 0;
-        T v[ITEMS], ref;
-        const Pair<T> agg = column_run<T, ITEMS>(xc, L, inner, start, count, reverse, v, ref);
+        T v[ITEMS], x0, ref;
+        const Pair<T> agg =
+            column_run<T, ITEMS>(xc, L, inner, start, count, reverse, math, v, x0, ref);
         // Combine the warps' runs of this column: as plain sums against their maximum when the
         // first run holding anything above -inf is within THRESHOLD of it (as in the tiles
         // kernel), else pairwise.
@@ -240,9 +245,9 @@ xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
         }
         const Pair<T> P = combine(carry, before);
         carry = combine(carry, chunk);
-        if (fast_ok(ref, v[0], P)) {
+        if (fast_ok(ref, x0, P)) {
             T o[ITEMS];
-            fast_outputs_recompute<T, ITEMS>(v, ref, P, exclusive, o);
+            fast_outputs<T, ITEMS>(v, x0, ref, P, exclusive, math, o);
 #pragma unroll
             for (int k = 0; k < ITEMS; ++k) {
                 const long long l = start + k;
@@ -259,7 +264,7 @@ xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
 }
 """
 
-_CODE = PAIRS + FAST_PATH + LOOK_BACK + _SOURCE
+_CODE = PAIRS + FAST_PATH + LOOK_BACK + TILE_MATH + _SOURCE
 _OPTIONS = ("-std=c++17", f"-DBLOCK={BLOCK}")
 
 

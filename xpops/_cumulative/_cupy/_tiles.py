@@ -18,7 +18,16 @@ import numpy as np
 
 from ..._lib._cuda import C_TYPES, multiprocessors
 from ..._lib._dtypes import dtype_name
-from ._device import CHUNKS, FAST_PATH, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
+from ._device import (
+    CHUNKS,
+    FAST_PATH,
+    LOOK_BACK,
+    PAIRS,
+    TILE_MATH,
+    VECTOR,
+    WARP,
+    look_back_state,
+)
 
 __all__ = [
     "STAGED_ITEMS",
@@ -54,70 +63,6 @@ STAGED_ITEMS = {"float32": 32, "float64": 32}
 STAGED_MIN_BLOCKS = 3
 
 _SOURCE = r"""
-// The tiles kernels' per-element exp and per-output log. float32: the hardware forms of xexp.
-// float64: tables of 2^(j/64) and of 1 / (1 + (i + 1/2) / 64) and its log in shared memory, and
-// short polynomials, with no float/int conversion instructions (the 1.5 * 2^52 shift trick):
-// half the float64 instructions of exp() and log() (17 and 33 in PTX) in the hot loops. Within
-// a few ulp. Arguments where the short forms do not hold (subnormal results, 0, inf, NaN) call
-// exp() and log() out of line: inlined at every element of a tile, they crowd the instruction
-// cache.
-__device__ __noinline__ double exp_call(double v) { return exp(v); }
-__device__ __noinline__ double log_call(double v) { return log(v); }
-template <typename T> struct TileMath;
-template <> struct TileMath<float> {
-    __device__ __forceinline__ void fill() {}
-    __device__ __forceinline__ float exp(float v) const { return __expf(v); }
-    __device__ __forceinline__ float log(float v) const { return __logf(v); }
-};
-template <> struct TileMath<double> {
-    double up[64], rcp[64], lg[64];  // 2^(j/64); 1 / (1 + (i + 1/2) / 64); -log(rcp[i])
-    static constexpr double INV_STEP = 92.33248261689366;  // 64 / ln 2
-    // ln 2 / 64 as STEP_HI + STEP_LO, STEP_HI with 17 trailing zero bits: k * STEP_HI is exact
-    static constexpr double STEP_HI = 0.010830424696223417, STEP_LO = 2.572804622327669e-14;
-    // ln 2 as LN2_HI + LN2_LO, LN2_HI with 12 trailing zero bits: n * LN2_HI is exact
-    static constexpr double LN2_HI = 0.693147180559663, LN2_LO = 2.8235290563031577e-13;
-    static constexpr double SHIFT = 6755399441055744.0;  // 1.5 * 2^52
-    __device__ __forceinline__ void fill() {
-        for (int j = threadIdx.x; j < 64; j += blockDim.x) {
-            up[j] = exp2(j / 64.0);
-            rcp[j] = 1.0 / (1.0 + (j + 0.5) / 64.0);
-            lg[j] = -::log(rcp[j]);
-        }
-    }
-    __device__ __forceinline__ double exp(double v) const {
-        if (!(v > -707.0 && v < 709.0)) return exp_call(v);
-        const double t = fma(v, INV_STEP, SHIFT);  // SHIFT + k, k = rint(v * INV_STEP)
-        const int k = __double2loint(t);
-        const double kd = t - SHIFT;
-        const double r = fma(kd, -STEP_LO, fma(kd, -STEP_HI, v));  // |r| <= ln 2 / 128
-        double q = fma(r, 1.0 / 120, 1.0 / 24);
-        q = fma(q, r, 1.0 / 6);
-        q = fma(q, r, 0.5);
-        q = fma(q, r, 1.0);
-        q *= r;  // exp(r) - 1, error r^6 / 720 < 4e-17
-        const double u = up[k & 63];
-        const double y = fma(u, q, u);
-        return __longlong_as_double(__double_as_longlong(y) + ((long long)(k >> 6) << 52));
-    }
-    __device__ __forceinline__ double log(double y) const {
-        if (!(y >= 2.2250738585072014e-308 && y <= 1.7976931348623157e308)) return log_call(y);
-        const int hi = __double2hiint(y);
-        const int i = (hi >> 14) & 63;  // the top 6 bits of the mantissa
-        const double m = __hiloint2double((hi & 0x000FFFFF) | 0x3FF00000, __double2loint(y));
-        const double e = fma(m, rcp[i], -1.0);  // |e| < 1/128
-        double q = fma(e, 1.0 / 7, -1.0 / 6);
-        q = fma(q, e, 1.0 / 5);
-        q = fma(q, e, -0.25);
-        q = fma(q, e, 1.0 / 3);
-        q = fma(q, e, -0.5);
-        const double l1p = fma(e * e, q, e);  // log(1 + e), error e^8 / 8 < 2e-18
-        // the exponent n as a double by the same shift (n + 2^31 in the low word)
-        const double n = __hiloint2double(0x43380000, ((hi >> 20) - 1023) ^ 0x80000000) -
-                         (SHIFT + 2147483648.0);
-        return fma(n, LN2_HI, fma(n, LN2_LO, l1p) + lg[i]);
-    }
-};
-
 // Decoupled look-back by one warp: the aggregate of tiles [first, tile).
 template <typename T>
 __device__ __forceinline__ Pair<T> warp_look_back(long long tile, long long first, int lane,
@@ -471,7 +416,7 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
 }
 """
 
-_CODE = PAIRS + WARP + FAST_PATH + LOOK_BACK + CHUNKS + _SOURCE
+_CODE = PAIRS + WARP + FAST_PATH + LOOK_BACK + CHUNKS + TILE_MATH + _SOURCE
 _OPTIONS = ("-std=c++17",)
 
 _NULL = np.uint64(0)  # a null pointer argument
