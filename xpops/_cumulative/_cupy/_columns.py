@@ -30,9 +30,12 @@ __all__ = [
 
 BLOCK = 256  # threads per block of the columns kernel
 COLUMN_ITEMS = {"float32": 32, "float64": 16}  # rows per column tile
-# column_blocks: 32 columns a block, COLUMN_BLOCK_THREADS / 32 warps down the axis.
+# column_blocks: 32 columns a block, COLUMN_BLOCK_THREADS / 32 warps down the axis, each warp
+# taking runs of COLUMN_BLOCK_ITEMS rows. Measured on an H200 (share of the copy rate), float32
+# (8192, 32768): 16 rows 69%, 8 rows 55%, 32 rows 67%, 512 threads 62%; float64 (8192, 16384):
+# 16 rows 42% (two blocks an SM), 8 rows 33-39%. An L2 prefetch of the next chunks gains none.
 COLUMN_BLOCK_THREADS = 256
-COLUMN_BLOCK_ITEMS = {"float32": 16, "float64": 8}
+COLUMN_BLOCK_ITEMS = {"float32": 16, "float64": 16}
 
 _SOURCE = r"""
 // Fast path of a run from its running sums c[] against `ref` (inclusive: c[k] holds the terms
@@ -74,21 +77,27 @@ __device__ __noinline__ Pair<T> exact_aggregate(const T* p, long long stride, in
 
 // A thread's run of N elements down a strided column (rows start.. of `col`, stride `inner`,
 // -inf past `count`): its first element `x0`, its maximum `ref` and its aggregate. For finite
-// `ref`, v[] holds the run's running sums against `ref` (see `fast_outputs`); otherwise the
-// aggregate is exact and v[] is left unused.
+// `ref`, v[] holds the run's running sums against `ref` (see `fast_outputs`); otherwise `ref`
+// is not finite, the aggregate is exact and v[] is left unused. The element addresses step by
+// one pointer increment, and a whole run loads without bounds checks.
 template <typename T, int N>
 __device__ __forceinline__ Pair<T> column_run(const T* col, long long L, long long inner,
                                               long long start, int count, int reverse,
                                               const TileMath<T>& math, T* v, T& x0, T& ref) {
+    const long long step = reverse ? -inner : inner;
+    const T* p = col + (reverse ? L - 1 - start : start) * inner;
+    if (count == N) {
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-        const long long l = start + k;
-        v[k] = k < count ? col[(reverse ? L - 1 - l : l) * inner] : neg_inf<T>();
+        for (int k = 0; k < N; ++k, p += step) v[k] = *p;
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k, p += step) v[k] = k < count ? *p : neg_inf<T>();
     }
     x0 = v[0];
+    // the maximum without NaN (fmax drops it): a NaN element makes the sums NaN below
     ref = v[0];
 #pragma unroll
-    for (int k = 1; k < N; ++k) ref = nan_max(ref, v[k]);
+    for (int k = 1; k < N; ++k) ref = fmax(ref, v[k]);
     if (isfinite(ref)) {
         T acc = T(0);
 #pragma unroll
@@ -96,12 +105,30 @@ __device__ __forceinline__ Pair<T> column_run(const T* col, long long L, long lo
             acc += math.exp(v[k] - ref);
             v[k] = acc;
         }
-        return Pair<T>{ref, acc};
+        if (!isnan(acc)) return Pair<T>{ref, acc};
+        ref = qnan<T>();  // not finite: the caller takes the exact path
     }
     // read again from memory: indexing v[] in a loop that is not unrolled would put it in
     // local memory for the whole kernel
-    return exact_aggregate(col + (reverse ? L - 1 - start : start) * inner,
-                           reverse ? -inner : inner, count);
+    return exact_aggregate(col + (reverse ? L - 1 - start : start) * inner, step, count);
+}
+
+// The outputs o[] of a run (as column_run's) to its column, `count` of them.
+template <typename T, int N>
+__device__ __forceinline__ void column_store(T* col, long long L, long long inner,
+                                             long long start, int count, int reverse,
+                                             const T* o) {
+    const long long step = reverse ? -inner : inner;
+    T* p = col + (reverse ? L - 1 - start : start) * inner;
+    if (count == N) {
+#pragma unroll
+        for (int k = 0; k < N; ++k, p += step) *p = o[k];
+    } else {
+#pragma unroll
+        for (int k = 0; k < N; ++k, p += step) {
+            if (k < count) *p = o[k];
+        }
+    }
 }
 
 // ---- columns: a strided axis, look-back per column -----------------------------------------
@@ -151,11 +178,7 @@ xpops_logcumsumexp_columns(const T* __restrict__ x, T* __restrict__ out, const l
     if (fast_ok(ref, x0, prefix)) {
         T o[ITEMS];
         fast_outputs<T, ITEMS>(v, x0, ref, prefix, exclusive, math, o);
-#pragma unroll
-        for (int k = 0; k < ITEMS; ++k) {
-            const long long l = start + k;
-            if (k < count) outc[(reverse ? L - 1 - l : l) * inner] = o[k];
-        }
+        column_store<T, ITEMS>(outc, L, inner, start, count, reverse, o);
     } else {
         // the exact path copies the inputs to the output and scans them in place
         const long long step = reverse ? -inner : inner;
@@ -248,11 +271,7 @@ xpops_logcumsumexp_columns_blocks(const T* __restrict__ x, T* __restrict__ out,
         if (fast_ok(ref, x0, P)) {
             T o[ITEMS];
             fast_outputs<T, ITEMS>(v, x0, ref, P, exclusive, math, o);
-#pragma unroll
-            for (int k = 0; k < ITEMS; ++k) {
-                const long long l = start + k;
-                if (k < count) oc[(reverse ? L - 1 - l : l) * inner] = o[k];
-            }
+            column_store<T, ITEMS>(oc, L, inner, start, count, reverse, o);
         } else if (count > 0) {
             const long long step = reverse ? -inner : inner;
             const long long first_at = (reverse ? L - 1 - start : start) * inner;
