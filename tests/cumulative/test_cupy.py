@@ -203,19 +203,26 @@ def test_kernels_special_values(cupy_only, kernel):
         assert bool(cupy.all(got == -np.inf))
 
 
-@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged"])
+@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged", "columns", "column_blocks"])
 @pytest.mark.parametrize("exclusive", [False, True])
 @pytest.mark.parametrize("reverse", [False, True])
-def test_tiles_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
-    """The float64 tiles kernels' table exp and log over their whole range: exp of 0 down to
-    -750 (below -707 the library exp, subnormal and zero results), log of sums from about
-    e**-640 (exponents near -920) to thousands, against a long double reference."""
+def test_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
+    """The float64 table exp and log (TileMath) of the tiles and columns kernels over their
+    whole range: exp of 0 down to -750 (below -707 the library exp, subnormal and zero
+    results), log of sums from about e**-640 (exponents near -920) to thousands, against a long
+    double reference. A "tile" below is the unit summed against one maximum: a tiles kernel's
+    tile, a columns kernel's run of one column (the input is one column along axis 0)."""
     from xpops._cumulative import _cupy as cc
-    from xpops._cumulative._cupy import _tiles
+    from xpops._cumulative._cupy import _columns, _tiles
 
     cupy = cupy_only
     rng = np.random.default_rng(12)
-    tile = _tiles.TILES_BLOCK * _tiles.tile_items(kernel, "float64")
+    if kernel == "columns":
+        tile = _columns.COLUMN_ITEMS["float64"]
+    elif kernel == "column_blocks":
+        tile = _columns.COLUMN_BLOCK_ITEMS["float64"]
+    else:
+        tile = _tiles.TILES_BLOCK * _tiles.tile_items(kernel, "float64")
     x = rng.uniform(-740.0, 10.0, 6 * tile + 3)
     starts = np.arange(0, x.size, tile)
     x[starts] = 0.0  # each tile starts within 650 of its maximum: the fast path
@@ -228,6 +235,8 @@ def test_tiles_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
     x[4 * tile : 6 * tile] = rng.uniform(-1e-3, 1e-3, 2 * tile)
     if reverse:  # the same patterns met in scan order
         x = x[::-1].copy()
+    if kernel.startswith("column"):
+        x = x[:, None]
     _poison_pool(cupy, 2 * x.nbytes)
     got = cc.logcumsumexp(cupy.asarray(x), 0, exclusive, reverse, kernel=kernel)
     want = _reference_along(x, 0, exclusive, reverse)

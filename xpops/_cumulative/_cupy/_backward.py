@@ -319,9 +319,10 @@ __global__ void xpops_logcumsumexp_grad_column_maps(const T* __restrict__ y,
     const long long m0 = s * seg, m1 = min(L, m0 + seg);
     T y_prev = m0 == 0 ? pos_inf<T>() : y[base + (reverse ? L - m0 : m0 - 1) * inner];
     Pair<T> m = map_identity<T>();
+    const long long step = reverse ? -inner : inner;  // the positions' offsets step by this
+    long long at = base + (reverse ? L - 1 - m0 : m0) * inner;
 #pragma unroll 4
-    for (long long k = m0; k < m1; ++k) {
-        const long long at = base + (reverse ? L - 1 - k : k) * inner;
+    for (long long k = m0; k < m1; ++k, at += step) {
         const T yk = y[at];
         const T a = grad_link(yk, y_prev);
         m = Pair<T>{a * m.m, fma(a, m.s, grad_term(yk, g[at]))};
@@ -348,9 +349,10 @@ __global__ void xpops_logcumsumexp_grad_columns(const T* __restrict__ x, const T
         S = fma(mp.m, S, mp.s);
     }
     T y_prev = m0 == 0 ? pos_inf<T>() : y[base + (reverse ? L - m0 : m0 - 1) * inner];
+    const long long step = reverse ? -inner : inner;  // the positions' offsets step by this
+    long long at = base + (reverse ? L - 1 - m0 : m0) * inner;
 #pragma unroll 4
-    for (long long k = m0; k < m1; ++k) {
-        const long long at = base + (reverse ? L - 1 - k : k) * inner;
+    for (long long k = m0; k < m1; ++k, at += step) {
         const T yk = y[at];
         const T next = fma(grad_link(yk, y_prev), S, grad_term(yk, g[at]));
         dx[at] = exclusive ? grad_weight(x[at], y_prev) * S : grad_weight(x[at], yk) * next;
