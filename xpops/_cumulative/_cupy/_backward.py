@@ -60,13 +60,15 @@ __all__ = [
 # 2**27 float64): 2 rounds and 6 blocks 64% / 65%, against 54% / 52% at 4 blocks, 46% / 51% at
 # 8, 44% / 47% for 4 rounds, 56% / 66% for 512 threads of 2 rounds at 3 blocks; float64 52% at
 # 2 rounds and 4 blocks, 50% at 6, 41% for 4 rounds. An L2 prefetch of the tile one tile an SM
-# ahead, on rows of at least GRAD_PREFETCH_MIN_TILES tiles, is worth about 8 points on 1-D
-# float32 (none on the rows of 16 tiles, which it skips).
+# ahead, on rows of at least GRAD_PREFETCH_MIN_TILES tiles, H200 / H100 in one session, none
+# against one and two tiles an SM ahead: 2**28 float32 1-D 54 / 63% against 62, 62 / 71, 63%;
+# (8192, 32768) float32, rows of 16 tiles, 64 / 76% against 71, 62 / 81, 70%. Rows of fewer
+# tiles were not measured and are not prefetched.
 GRAD_THREADS = 256
 GRAD_ROUNDS = {"float32": 2, "float64": 2}
 GRAD_MIN_BLOCKS = {"float32": 6, "float64": 4}
 GRAD_PREFETCH_PER_SM = 1
-GRAD_PREFETCH_MIN_TILES = 64
+GRAD_PREFETCH_MIN_TILES = 16
 # grad_columns: blocks of GRAD_COLUMN_THREADS adjacent columns, each column cut into segments of
 # at least GRAD_COLUMN_MIN_SEGMENT positions, enough of them for GRAD_COLUMN_WAVES full waves
 # (2048 threads an SM). H200, share of the copy rate counting four passes (the kernels make six,

@@ -49,11 +49,13 @@ TILES_BLOCK = 256
 TILE_ITEMS = {"float32": 32, "float64": 16}
 # A block prefetches into L2 the tile TILES_PREFETCH_PER_SM * SMs ahead of its own (a quarter
 # of the resident blocks) on rows of at least TILES_PREFETCH_MIN_TILES tiles. One tile an SM
-# ahead is best: 2**28 float32 1-D 82%, against 74% without prefetch, 77% two tiles an SM ahead
-# and 65% three; 2**27 float64 on tiles_staged 67%, against 66% without. Short rows lose by it
-# ((8192, 32768), rows of 4 tiles: 79% with, 85% without), hence the minimum length.
+# ahead is best. Kernel time as a share of the copy rate, H200 / H100 in one session, none and
+# one, two, three tiles an SM ahead: 2**28 float32 1-D 64 / 74% and 73, 73, 65 / 87, 81, 65%;
+# (8192, 32768) float32, rows of 4 tiles, 81 / 92% and 84, 85, 76 / 95, 84, 70%; float64 on
+# tiles_staged (2**27 and rows of 4 tiles) within a point either way. Rows of fewer tiles were
+# not measured and are not prefetched.
 TILES_PREFETCH_PER_SM = 1
-TILES_PREFETCH_MIN_TILES = 64
+TILES_PREFETCH_MIN_TILES = 4
 # tiles_staged: TILES_BLOCK threads of STAGED_ITEMS elements in dynamic shared memory (66 KiB
 # a float64 tile of 8192), at least STAGED_MIN_BLOCKS blocks an SM. 32 items and three blocks
 # are best for 2**27 float64: 67% (56 registers, no spills), against 58% at 16 items and four
