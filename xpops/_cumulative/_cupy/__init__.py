@@ -50,7 +50,8 @@ __all__ = ["choose_kernel", "logcumsumexp", "logcumsumexp_from", "total"]
 # The kernel choice, measured on an H100 (share of the copy rate, 2**28 float32 unless said).
 # Below COLUMN_BLOCKS_MIN_LANES columns (512 blocks) the columns kernel is faster. H100,
 # float32 axis 0: (8192, 32768) column_blocks 82-86%, columns 67-74%; (65536, 4096) 40-42%
-# and 54-58%.
+# and 54-58%. H200, the same axis: (16384, 8192) column_blocks 58%, columns 57%; (65536, 4096)
+# 38% and 54%; (262144, 1024) 13% and 45%.
 COLUMN_BLOCKS_MIN_LANES = 16384
 # The rows kernel (a thread per row) takes rows up to ROWS_KERNEL_MAX_LEN long when there are
 # enough of them to fill the GPU; otherwise the tiles kernel splits rows among blocks. Measured
