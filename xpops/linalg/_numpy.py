@@ -35,13 +35,14 @@ factors, K=1: M=8 0.15 / 0.18, M=24 1.5 / 1.9 (rows ahead for K = 1 and a few th
 factors); M=4 K=64 (K > M): 2.4 / 5.1. Rows against BLAS, 2000 factors: K=1 M=16 1.1 / 7.1,
 M=24 5.5 / 8.4, M=32 10.0 / 10.1, M=48 22 / 19; K=16 M=16 11 / 9.0.
 
-Against the peers (``python -m xpops bench --ops cholesky_solve``, same VM): (10000, 16, 16)
-K=1 runs at 0.8-1.3x the speed of ``torch.cholesky_solve`` (5.5-5.7 ms against 4.5-7.1; the
-rows path 0.5-0.8x). PyTorch's C loop over LAPACK calls stays ahead on many tiny systems: the
-transposing gather alone costs about 2 ms for these 20 MB, and each of the 2M steps is a
-NumPy call. Two threads over halves of the batch gained 25% (rows) and 15% (batch last) at
-best and were slower in other runs (the calls hold the GIL between their loops), so the batch
-is not split across threads. Reaching twice PyTorch's speed here needs compiled code.
+Against the peers (``python -m xpops bench --ops cholesky_solve``, and both alternated in one
+process, same VM, on several days): (10000, 16, 16) K=1 runs at 0.7-1.3x the speed of
+``torch.cholesky_solve`` (the rows path 0.5-0.8x). PyTorch's C loop over LAPACK calls stays
+ahead on many tiny systems: the gather that makes the batch the last axis reads every stored
+entry of the 20 MB of factors once more, and each of the 2M steps is a NumPy call. Two threads
+over halves of the batch gained 25% (rows) and 15% (batch last) at best and were slower in
+other runs (the calls hold the GIL between their loops), so the batch is not split across
+threads. Reaching twice PyTorch's speed here needs compiled code.
 """
 
 import functools
@@ -229,7 +230,7 @@ def _batch_last_solve(
         for s in range(0, n, chunk):
             t = factors[s : s + chunk].reshape(-1, m * m)
             c = t.shape[0]
-            packed = np.take(t, first, axis=1).T.copy()  # (entries, c)
+            packed = t.T[first]  # (entries, c), C-contiguous
             y = np.ascontiguousarray(work[s : s + chunk].transpose(1, 2, 0))  # (M, K, c)
             if k == 1:
                 y = y.reshape(m, c)
