@@ -85,7 +85,8 @@ __device__ __forceinline__ Pair<T> column_run(const T* col, long long L, long lo
                                               long long start, int count, int reverse,
                                               const TileMath<T>& math, T* v, T& x0, T& ref) {
     const long long step = reverse ? -inner : inner;
-    const T* p = col + (reverse ? L - 1 - start : start) * inner;
+    const T* const first = col + (reverse ? L - 1 - start : start) * inner;
+    const T* p = first;
     if (count == N) {
 #pragma unroll
         for (int k = 0; k < N; ++k, p += step) v[k] = *p;
@@ -110,7 +111,7 @@ __device__ __forceinline__ Pair<T> column_run(const T* col, long long L, long lo
     }
     // read again from memory: indexing v[] in a loop that is not unrolled would put it in
     // local memory for the whole kernel
-    return exact_aggregate(col + (reverse ? L - 1 - start : start) * inner, step, count);
+    return exact_aggregate(first, step, count);
 }
 
 // The outputs o[] of a run (as column_run's) to its column, `count` of them.
