@@ -243,6 +243,43 @@ def test_float64_exp_log_forms(cupy_only, kernel, exclusive, reverse):
     _assert_scan_equal(got.get(), want, 1e-11)
 
 
+@pytest.mark.parametrize("kernel", ["tiles", "tiles_staged"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_row_first_tile_far_below_its_maximum(cupy_only, kernel, dtype):
+    """A row's first tile whose first element lies from just past the fast path's threshold
+    (60 float32, 650 float64) to far past the headroom of its sums below the tile's maximum,
+    with a second element near it (an output summed far below the maximum), on poisoned
+    memory, against a long double reference; the carry of a Dask block too."""
+    from xpops._cumulative import _cupy as cc
+    from xpops._cumulative._cupy import _tiles
+
+    cupy = cupy_only
+    rng = np.random.default_rng(13)
+    tile = _tiles.TILES_BLOCK * _tiles.tile_items(kernel, dtype)
+    limit = 60.0 if dtype == "float32" else 650.0
+    gaps = [limit + 0.5, limit + 20, 2 * limit + 5, 2 * limit + 15, 2 * limit + 40, 4 * limit]
+    x = rng.uniform(-1.0, 1.0, (len(gaps), 2 * tile + 7))
+    x[:, tile // 2] = 2.0  # the first tile's maximum
+    x[:, 0] = 2.0 - np.array(gaps)
+    x[:, 1] = x[:, 0] + 1.5
+    x = x.astype(dtype)
+    atol = 1e-4 if dtype == "float32" else 1e-11
+    for exclusive in (False, True):
+        for reverse in (False, True):
+            xs = np.ascontiguousarray(x[:, ::-1]) if reverse else x
+            _poison_pool(cupy, 2 * xs.nbytes)
+            got = cc.logcumsumexp(cupy.asarray(xs), 1, exclusive, reverse, kernel=kernel).get()
+            want = _reference_along(xs, 1, exclusive, reverse)
+            _assert_scan_equal(got, want, atol)
+            # the first term alone is exact
+            first = got[:, -2 if exclusive else -1] if reverse else got[:, 1 if exclusive else 0]
+            np.testing.assert_array_equal(first, xs[:, -1] if reverse else xs[:, 0])
+    carry = np.full((len(gaps), 1), -5.0, dtype=dtype)
+    got = cc.logcumsumexp_from(cupy.asarray(x), cupy.asarray(carry), 1, False, False).get()
+    want = _reference_along(np.concatenate([carry, x], axis=1), 1, False, False)[:, 1:]
+    _assert_scan_equal(got, want, atol)
+
+
 def _carry_cases():
     """(shape, axis) per kernel family: tiles (float32) and tiles_staged (float64) take the
     carry in the kernel, rows and columns add it afterwards."""

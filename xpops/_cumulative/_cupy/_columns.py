@@ -47,13 +47,12 @@ __device__ __forceinline__ void fast_outputs(const T* c, T x0, T ref, Pair<T> P,
     // outputs of a single finite term (see `sole`); after an empty prefix, the run's first
     // term is c[0]
     const Sole<T> so = sole(P, x0, P.m == neg_inf<T>() ? c[0] : T(0));
-    const T first = value(P);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
         const T s = exclusive ? (k == 0 ? T(0) : c[k - 1]) : c[k];
-        const T o_k = (s == so.s) ? so.out : f.R + math.log(f.a + f.b * s);
-        o[k] = (exclusive && k == 0) ? first : o_k;
+        o[k] = (s == so.s) ? so.out : f.R + math.log(f.a + f.b * s);
     }
+    if (exclusive) o[0] = value(P);  // the prefix alone: a log the inclusive scan never needs
 }
 
 // Exact path, in place on n values at `io` (stride `stride`), from the prefix P.

@@ -140,6 +140,26 @@ template <typename T> __device__ __forceinline__ bool fast_ok(T ref, T x0, Pair<
     return ref - low <= threshold<T>();
 }
 
+// A tile off the fast path against its maximum B whose prefix is empty (every output is then
+// at least its first element x0), x0 more than THRESHOLD below B: against x0 + THRESHOLD - 1
+// instead, it is on the fast path if every term of its N stays within the headroom below (its
+// sums in range). That reference, or NaN where none serves.
+__host__ __device__ constexpr int bit_width(unsigned long long n) {
+    return n ? 1 + bit_width(n >> 1) : 0;
+}
+template <typename T> __device__ __forceinline__ T log_max();
+template <> __device__ __forceinline__ float log_max<float>() { return 88.72f; }
+template <> __device__ __forceinline__ double log_max<double>() { return 709.78; }
+template <typename T, long long N>
+__device__ __forceinline__ T lifted_reference(T B, T x0, Pair<T> P) {
+    // every term at most exp(headroom): a sum of N of them below half the largest finite value
+    const T headroom = log_max<T>() - T(0.6931471805599453) * T(bit_width(N));
+    const T lift = threshold<T>() - T(1), gap = B - x0;
+    const bool ok = P.m == neg_inf<T>() && isfinite(B) && gap > threshold<T>() &&
+                    gap <= lift + headroom;
+    return ok ? x0 + lift : qnan<T>();
+}
+
 // The fast path writes an output as R + log(a + b * c), c a sum against `ref` of the run's
 // own elements, after the prefix P: R = max(P.m, ref), a = P.s exp(P.m - R), b = exp(ref - R).
 template <typename T> struct Rebase { T R, a, b; };

@@ -97,6 +97,32 @@ template <typename T> __device__ __forceinline__ T warp_exclusive_sums(T* sums, 
     return __shfl_sync(FULL_MASK, incl, 31);
 }
 
+// Running sums against `ref` of a thread's ROUNDS chunks v[][], in place (exclusive ones for
+// `exclusive`), each plus the sum of the warp's earlier chunks of the round; the rounds' warp
+// totals to sums[k * WARPS + warp]: only those stay to be added, so no per-chunk carry is held
+// in registers through the look-back.
+template <typename T, int ROUNDS, int VEC, int WARPS>
+__device__ __forceinline__ void chunk_sums(T (&v)[ROUNDS][VEC], T ref, int exclusive, int lane,
+                                           int warp, const TileMath<T>& math, T* sums) {
+#pragma unroll
+    for (int k = 0; k < ROUNDS; ++k) {
+        T acc = T(0);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+            const T e = math.exp(v[k][j] - ref);
+            v[k][j] = exclusive ? acc : acc + e;
+            acc += e;
+        }
+        const T incl = warp_inclusive_sum(acc, lane);
+        if (lane == 31) sums[k * WARPS + warp] = incl;
+        // shifted, not incl - acc: that cancels when this chunk dwarfs the ones before
+        const T ex = __shfl_up_sync(FULL_MASK, incl, 1);
+        const T before = lane == 0 ? T(0) : ex;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) v[k][j] += before;
+    }
+}
+
 // Warp 0 of tile `tile` (q-th of its row, the row's first tile `first`): publish the tile's
 // aggregate, look back, publish its inclusive prefix; the aggregate of the earlier tiles. The
 // row's carry `*carry` (none: a null pointer) stands before its first tile.
@@ -171,8 +197,10 @@ __device__ __noinline__ void exact_tile(const T* __restrict__ xr, T* __restrict_
 // maximum B; with the prefix P of the earlier tiles every output is R + log(a + b * (S + c))
 // (see `rebase`, with ref = B), S the sum of the chunks before and c the running sum within
 // the chunk. This is exact when no output is below B - THRESHOLD: every output is at least
-// max(value(P), first element of the tile). Otherwise (and for NaN, +inf) the tile is
-// scanned again with pairwise combines.
+// max(value(P), first element of the tile). A tile with an empty prefix (a row's first) that
+// fails this is summed again, from L2, against a reference nearer its first element where that
+// serves (`lifted_reference`); otherwise (and for NaN, +inf) it is scanned again with pairwise
+// combines.
 //
 // Four blocks an SM (64 registers): float64 spills a little there, and runs faster than with
 // the 76 registers and three blocks it takes unbounded.
@@ -233,28 +261,7 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
 #pragma unroll
     for (int w = 1; w < WARPS; ++w) B = nan_max(B, warp_max_sh[w]);
 
-    // running sums against B, in place (exclusive ones for `exclusive`), each plus the sum of
-    // the warp's earlier chunks of the round: only the rounds' warp totals stay to be added, so
-    // no per-chunk carry is held in registers through the look-back
-    if (isfinite(B)) {
-#pragma unroll
-        for (int k = 0; k < ROUNDS; ++k) {
-            T acc = T(0);
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) {
-                const T e = math.exp(v[k][j] - B);
-                v[k][j] = exclusive ? acc : acc + e;
-                acc += e;
-            }
-            const T incl = warp_inclusive_sum(acc, lane);
-            if (lane == 31) sums_sh[k * WARPS + warp] = incl;
-            // shifted, not incl - acc: that cancels when this chunk dwarfs the ones before
-            const T ex = __shfl_up_sync(FULL_MASK, incl, 1);
-            const T before = lane == 0 ? T(0) : ex;
-#pragma unroll
-            for (int j = 0; j < VEC; ++j) v[k][j] += before;
-        }
-    }
+    if (isfinite(B)) chunk_sums<T, ROUNDS, VEC, WARPS>(v, B, exclusive, lane, warp, math, sums_sh);
     __syncthreads();
 
     // warp 0: exclusive sums of the ROUNDS x WARPS warp totals in tile order, the tile's
@@ -268,14 +275,28 @@ xpops_logcumsumexp_tiles(const T* __restrict__ x, T* __restrict__ out, const lon
     }
     __syncthreads();
     const Pair<T> P = prefix_sh;
-    if (!fast_ok(B, first_sh, P)) {
-        exact_tile<T, TILE, THREADS>(xr, outr, L, start, P, exclusive, reverse, seg_agg);
-        return;
+    T ref = B;  // the sums' reference
+    if (!fast_ok(B, first_sh, P)) {  // block-uniform
+        ref = lifted_reference<T, TILE>(B, first_sh, P);
+        if (isnan(ref)) {
+            exact_tile<T, TILE, THREADS>(xr, outr, L, start, P, exclusive, reverse, seg_agg);
+            return;
+        }
+        // the tile again (from L2), its sums against ref
+#pragma unroll
+        for (int k = 0; k < ROUNDS; ++k) {
+            load_chunk<T, VEC>(xr, L, start + ((long long)k * THREADS + tid) * VEC, reverse,
+                               vload, v[k]);
+        }
+        chunk_sums<T, ROUNDS, VEC, WARPS>(v, ref, exclusive, lane, warp, math, sums_sh);
+        __syncthreads();
+        if (warp == 0) warp_exclusive_sums(sums_sh, ROUNDS * WARPS, lane);
+        __syncthreads();
     }
-    const Rebase<T> f = rebase(P, B);
-    // the tile's first term exp(x0 - B) as its sums hold it, needed only after an empty prefix
+    const Rebase<T> f = rebase(P, ref);
+    // the tile's first term exp(x0 - ref) as its sums hold it, needed only after an empty prefix
     const bool empty = P.m == neg_inf<T>();
-    const Sole<T> so = sole(P, first_sh, empty ? math.exp(first_sh - B) : T(0));
+    const Sole<T> so = sole(P, first_sh, empty ? math.exp(first_sh - ref) : T(0));
 #pragma unroll
     for (int k = 0; k < ROUNDS; ++k) {
         const T S = sums_sh[k * WARPS + warp];
