@@ -7,6 +7,7 @@ gives CPU tensors of small systems to ``torch.cholesky_solve`` (`xpops.linalg._t
 that is turned off, except in the tests of that path at the end of the CPU section.
 """
 
+import ctypes
 import sys
 import types
 from typing import ClassVar
@@ -352,9 +353,18 @@ def test_torch_fast_arrays():
 
 
 class _FakeArray(np.ndarray):
-    """A stand-in CuPy array: a NumPy array whose DLPack export takes a stream."""
+    """A stand-in CuPy array: a NumPy array whose DLPack export takes a stream, made on the
+    memory of a `_FakeMemory` as CuPy's ``ndarray(shape, dtype, memptr, strides)``."""
 
     exported_on: ClassVar[list] = []  # the streams the result's capsules were asked for
+
+    def __new__(cls, shape, dtype, memptr, strides):
+        memory = memptr.mem
+        buffer = (ctypes.c_char * memory.size).from_address(memory.ptr + memptr.offset)
+        flat = np.frombuffer(buffer, dtype=np.uint8).view(dtype)
+        out = np.lib.stride_tricks.as_strided(flat, shape, strides).view(cls)
+        out.memory = memory  # holds the memory's owner, as CuPy's arrays do
+        return out
 
     def __dlpack__(self, *, stream=None, **kwargs):
         _FakeArray.exported_on.append(stream)
@@ -404,7 +414,17 @@ def fake_cupy(monkeypatch):
         capsule = obj.__dlpack__(stream=state["stream"] or 1)
         return torch.utils.dlpack.from_dlpack(capsule).numpy().view(_FakeArray)
 
-    cuda = types.SimpleNamespace(Device=Device, Stream=Stream)
+    class UnownedMemory:
+        def __init__(self, ptr, size, owner, device_id):
+            assert device_id == owner.device.index  # told the tensor's device: no look-up
+            self.ptr, self.size, self.owner = ptr, size, owner
+
+    def memory_pointer(memory, offset):
+        return types.SimpleNamespace(mem=memory, offset=offset)
+
+    cuda = types.SimpleNamespace(
+        Device=Device, Stream=Stream, UnownedMemory=UnownedMemory, MemoryPointer=memory_pointer
+    )
     fake = types.SimpleNamespace(cuda=cuda, from_dlpack=from_dlpack, ndarray=_FakeArray)
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(_torch, "_STREAMS", {})
@@ -631,6 +651,40 @@ def test_cholesky_solve_cuda_equals_cupy(cuda, dtype, upper, xs, batch, m, engin
     ref = xpops.linalg.cholesky_solve(cp.from_dlpack(tx), cp.from_dlpack(ty), upper=upper)
     _cuda_same(out, ref, device)
     assert engines_used == ["cupy"]
+
+
+def test_cuda_views_share_the_tensors_memory(cuda):
+    """`_cupy_view` of tensors of every dtype NumPy has (and bfloat16, handed over by DLPack):
+    contiguous, transposed, strided, offset and broadcast views; same values, same memory
+    (a write through the view shows in the tensor), and the view keeps the memory alive."""
+    _, device = cuda
+    base = torch.arange(7 * 300, device=device).reshape(7, 300) % 11 - 5
+    for name in ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32"):
+        for t in (base.to(getattr(torch, name)), base.to(getattr(torch, name))[2:, 3::7].T):
+            view = _torch._cupy_view(t)
+            assert view.dtype == np.dtype(name)
+            np.testing.assert_array_equal(view.get(), t.cpu().numpy())
+    for name in ("float64", "complex64", "complex128"):
+        t = torch.randn(5, 40, dtype=getattr(torch, name), device=device)
+        for v in (t, t.mT, t[1:, 5:30:4], t[3].expand(6, 40), t[2, 7]):
+            view = _torch._cupy_view(v)
+            assert view.shape == tuple(v.shape)
+            np.testing.assert_array_equal(view.get(), v.cpu().numpy())
+        view = _torch._cupy_view(t[1:, 5:30:4])
+        view[...] = 2.5
+        assert bool((t[1:, 5:30:4] == 2.5).all())
+        assert bool((t[0] != 2.5).all())
+    kept = _torch._cupy_view(torch.full((1 << 20,), 3.0, device=device))
+    junk = torch.full((1 << 20,), -1.0, device=device)  # would reuse freed memory
+    assert bool((kept == 3.0).all())
+    del junk
+    half = torch.randn(4, 9, device=device).to(torch.bfloat16)
+    try:
+        view = _torch._cupy_view(half)
+    except (TypeError, ValueError, BufferError):
+        pass  # a CuPy without bfloat16 refuses it, as DLPack's hand-over always did
+    else:
+        assert view.shape == (4, 9)
 
 
 def test_cuda_non_contiguous_and_other_tensors(cuda, engines_used):
