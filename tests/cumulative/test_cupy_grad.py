@@ -3,6 +3,8 @@ one-pass ``grad_tiles`` kernel at its tile boundaries and across many tiles (dec
 look-back), on rows, with special values, against float64 references computed on the host;
 the kernel choice; more than 2**31 elements."""
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -22,9 +24,12 @@ def _engine():
 
 def _pullback(cupy, x, g, axis, exclusive, reverse, kernel):
     """The engine's pull-back at the host arrays `x`, `g`, with the forward's flags; the
-    forward's result computed in float64 on the host and cast to x's dtype."""
+    forward's result computed in float64 on the host and cast to x's dtype. `kernel`: a name
+    `real_pullback` takes, or a scan function of the strided-axis kernels."""
     y = reference(x.astype(np.float64), axis, exclusive, reverse).astype(x.dtype)
     xs, ys, gs = (cupy.asarray(a) for a in (x, y, g))
+    if callable(kernel):
+        return kernel(xs, ys, gs, axis, exclusive, not reverse).get()
     got = _engine().real_pullback(xs, ys, gs, axis, exclusive, not reverse, kernel=kernel)
     return got.get()
 
@@ -112,13 +117,13 @@ def test_grad_tiles_large_magnitudes(cupy_only):
 
 
 def test_kernel_choice(cupy_only, monkeypatch):
-    """Long rows take grad_tiles, a strided axis of many columns grad_columns, few columns and
-    many short rows the two scans (the public call's result checked against the host reference
-    either way)."""
+    """Long rows take grad_tiles, a strided axis of many columns grad_column_blocks or
+    grad_columns (by the columns an SM), few columns and many short rows the two scans (the
+    public call's result checked against the host reference either way)."""
     cupy = cupy_only
     engine = _engine()
     calls = []
-    for name in ("_grad_tiles_scan", "_grad_columns_scan"):
+    for name in ("_grad_tiles_scan", "grad_columns_scan", "grad_column_blocks_scan"):
         original = getattr(engine, name)
 
         def spy(*args, _name=name, _original=original):
@@ -126,10 +131,19 @@ def test_kernel_choice(cupy_only, monkeypatch):
             return _original(*args)
 
         monkeypatch.setattr(engine, name, spy)
+    from xpops._cumulative._cupy._grad_columns import column_block_shape
+
     rng = np.random.default_rng(8)
+
+    def strided(lanes):  # the kernel of a strided axis of many columns (float64)
+        blocks = column_block_shape(lanes, "float64") is not None
+        return ["grad_column_blocks_scan" if blocks else "grad_columns_scan"]
+
     cases = [((5000,), 0, ["_grad_tiles_scan"]), ((4, 3000), 1, ["_grad_tiles_scan"]),
-             ((40, 4096), 0, ["_grad_columns_scan"]), ((3, 20, 2048), 1, ["_grad_columns_scan"]),
-             ((3000, 4), 0, []), ((300, 64), 0, []), ((20000, 8), 1, [])]  # fmt: skip
+             ((40, 4096), 0, strided(4096)), ((3, 20, 2048), 1, strided(6144)),
+             ((20, 65536), 0, strided(65536)), ((3000, 4), 0, []), ((300, 64), 0, []),
+             ((20000, 8), 1, [])]  # fmt: skip
+    assert strided(65536) == ["grad_column_blocks_scan"]  # up to 500 SMs
     for shape, axis, kernels in cases:
         calls.clear()
         x = rng.normal(0, 1, shape)
@@ -170,19 +184,43 @@ def test_grad_tiles_more_than_2_31_elements(cupy_only):
     assert (np.abs(got - want) <= 1e-4 * scale + 1e-30).all()
 
 
+def _column_kernel(cupy, dtype, shape_index):
+    """The pull-back of a strided axis by grad_columns (`shape_index` None) or by
+    grad_column_blocks of its `shape_index`-th shape (skipped where the dtype has fewer)."""
+    from xpops._cumulative._cupy import _grad_columns
+
+    if shape_index is None:
+        return "grad_columns", _grad_columns.grad_columns_scan, None
+    shapes = _grad_columns.COLUMN_BLOCK_SHAPES[dtype]
+    if shape_index >= len(shapes):
+        pytest.skip(f"{dtype} has {len(shapes)} grad_column_blocks shapes")
+    _, items, threads = shapes[shape_index]
+    scan = functools.partial(_grad_columns.grad_column_blocks_scan, shape=(items, threads))
+    return "grad_column_blocks", scan, items * threads // 32
+
+
+COLUMN_KERNELS = [None, 0, 1, 2]  # grad_columns, then grad_column_blocks' shapes
+
+
+@pytest.mark.parametrize("shape_index", COLUMN_KERNELS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
-def test_grad_columns_at_segment_boundaries(cupy_only, dtype, exclusive, reverse):
-    """Strided axes of 32 to 300 columns (a partial block), one to a few hundred segments of
-    various lengths, leading and trailing dimensions, against float64 sums."""
+def test_grad_columns_at_segment_boundaries(cupy_only, shape_index, dtype, exclusive, reverse):
+    """Strided axes of 1 to 300 columns (partial blocks), one to a few hundred segments (or
+    chunks of a block's runs) of various lengths, around a chunk, leading and trailing
+    dimensions, against float64 sums."""
     cupy = cupy_only
+    _, scan, chunk = _column_kernel(cupy, dtype, shape_index)
     rng = np.random.default_rng(10)
     rtol = 2e-4 if dtype == "float32" else 1e-11
-    for shape, axis in [((1, 32), 0), ((15, 40), 0), ((17, 33), 0), ((1000, 300), 0),
-                        ((3, 4097, 64), 1), ((2, 50, 2, 40), 1)]:  # fmt: skip
+    shapes = [((1, 32), 0), ((15, 40), 0), ((17, 33), 0), ((1000, 300), 0), ((3, 4097, 64), 1),
+              ((2, 50, 2, 40), 1)]  # fmt: skip
+    if chunk:
+        shapes += [((chunk, 3), 0), ((chunk + 1, 70), 0), ((3 * chunk - 5, 2, 20), 0)]
+    for shape, axis in shapes:
         x = rng.normal(0, 2, shape).astype(dtype)
         g = rng.normal(0, 1, shape).astype(dtype)
-        got = _pullback(cupy, x, g, axis, exclusive, reverse, "grad_columns")
+        got = _pullback(cupy, x, g, axis, exclusive, reverse, scan)
         want, scale = _covering_sums(
             np.moveaxis(x, axis, -1),
             np.moveaxis(g, axis, -1).astype(np.float64),
@@ -194,8 +232,10 @@ def test_grad_columns_at_segment_boundaries(cupy_only, dtype, exclusive, reverse
         assert (err <= rtol * scale + 1e-30).all(), (shape, float(np.max(err / (scale + 1e-300))))
 
 
+@pytest.mark.parametrize("shape_index", COLUMN_KERNELS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
-def test_grad_columns_special_values(cupy_only, exclusive, reverse):
+def test_grad_columns_special_values(cupy_only, shape_index, dtype, exclusive, reverse):
     """-inf, +inf and NaN inputs and cotangents of 0 and NaN in 40 columns of 3000 (many
     segments), against the brute-force sum column by column; NaN exactly where it is."""
     cupy = cupy_only
@@ -208,9 +248,13 @@ def test_grad_columns_special_values(cupy_only, exclusive, reverse):
     g = rng.normal(0, 1, x.shape)
     g[rng.random(x.shape) < 0.2] = 0.0
     g[1200, 7] = np.nan
-    got = _pullback(cupy, x, g, 0, exclusive, reverse, "grad_columns")
+    _, scan, _ = _column_kernel(cupy, dtype, shape_index)
+    x, g = x.astype(dtype), g.astype(dtype)
+    got = _pullback(cupy, x, g, 0, exclusive, reverse, scan)
+    rtol, atol = (2e-4, 1e-30) if dtype == "float32" else (1e-12, 1e-300)
     for c in (0, 3, 5, 6, 7):
-        want, scale = brute_force_vjp(x[:, c], g[:, c], 0, exclusive, reverse)
+        want, scale = brute_force_vjp(x[:, c].astype(np.float64), g[:, c].astype(np.float64),
+                                      0, exclusive, reverse)  # fmt: skip
         np.testing.assert_array_equal(np.isnan(got[:, c]), np.isnan(want))
         ok = ~np.isnan(want)
-        assert (np.abs(got[:, c] - want)[ok] <= 1e-12 * scale[ok] + 1e-300).all()
+        assert (np.abs(got[:, c] - want)[ok] <= rtol * scale[ok] + atol).all()

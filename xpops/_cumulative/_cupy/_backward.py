@@ -16,11 +16,11 @@ channel. For the exclusive scan the same recurrence over its own outputs gives
   the value of ``S`` entering its tile from its predecessors by decoupled look-back (the
   look-back slots of `._device`, holding maps), and writes ``dx``: four passes over arrays of
   the size of ``x``, the least the rule's inputs and output allow.
-* ``grad_columns``: a strided axis with at least a warp of adjacent columns, and many columns
-  in all (GRAD_COLUMN_MIN_LANES). A thread runs the recurrence down a segment of its column
-  twice: once for the segment's map (reading ``y`` and ``g``), once, from the value the maps
-  of the segments before it give, for the cotangents: six passes, no look-back, every access
-  of a warp one contiguous row.
+* ``grad_column_blocks`` and ``grad_columns`` (`._grad_columns`): a strided axis with at
+  least a warp of adjacent columns, and many columns in all (GRAD_COLUMN_MIN_LANES). A block
+  runs the recurrence down 32 whole columns, four passes, where there are enough columns to
+  fill the GPU that way (`column_block_shape`); otherwise a thread runs it down a segment of
+  its column twice, six passes.
 * Every other shape (many short rows, few columns): the two log-space scans of the generic
   rule as one scan of a stacked array between two fused elementwise kernels (``terms`` and
   ``combine``), twelve passes.
@@ -35,16 +35,18 @@ import math
 import cupy
 import numpy as np
 
-from ..._lib._cuda import C_TYPES, MAX_GRID_Y, multiprocessors
+from ..._lib._cuda import C_TYPES, multiprocessors
 from ..._lib._dtypes import dtype_name
 from . import choose_kernel, logcumsumexp
-from ._device import CHUNKS, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
+from ._device import CHUNKS, GRAD_MAPS, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
+from ._grad_columns import (
+    GRAD_COLUMN_MIN_LANES,
+    column_block_shape,
+    grad_column_blocks_scan,
+    grad_columns_scan,
+)
 
 __all__ = [
-    "GRAD_COLUMN_MIN_LANES",
-    "GRAD_COLUMN_MIN_SEGMENT",
-    "GRAD_COLUMN_THREADS",
-    "GRAD_COLUMN_WAVES",
     "GRAD_MIN_BLOCKS",
     "GRAD_PREFETCH_MIN_TILES",
     "GRAD_PREFETCH_PER_SM",
@@ -69,31 +71,8 @@ GRAD_ROUNDS = {"float32": 2, "float64": 2}
 GRAD_MIN_BLOCKS = {"float32": 6, "float64": 4}
 GRAD_PREFETCH_PER_SM = 1
 GRAD_PREFETCH_MIN_TILES = 16
-# grad_columns: blocks of GRAD_COLUMN_THREADS adjacent columns, each column cut into segments of
-# at least GRAD_COLUMN_MIN_SEGMENT positions, enough of them for GRAD_COLUMN_WAVES full waves
-# (2048 threads an SM). H200, share of the copy rate counting four passes (the kernels make six,
-# the second reading of y and g partly from L2), waves 2 / 4 / 8 / 16: (8192, 32768) float32
-# axis 0 59 / 66 / 64 / 57%; (65536, 4096) 63 / 61 / 55 / 36%; (8192, 16384) float64 66 / 64 /
-# 59 / 44%; (64, 4096, 1024) float32 axis 1 59 / 62 / 62 / 56%. The minimum segment (16 or 64)
-# changes none of them.
-GRAD_COLUMN_THREADS = 256
-GRAD_COLUMN_MIN_SEGMENT = 16
-GRAD_COLUMN_WAVES = 4
-# Each thread of grad_columns folds the maps of the segments before its own, so the maps read
-# grow as columns x segments^2 / 2: fewer columns than this would take thousands of segments
-# to fill the GPU, and the two scans (whose columns kernel chains tiles by look-back) serve
-# them. At this many, four waves need at most 2 x SMs segments.
-GRAD_COLUMN_MIN_LANES = 4096
 
 _SOURCE = r"""
-// Maps S -> b + a S as Pair<T>{a, b} (the look-back slots' storage).
-template <typename T> __device__ __forceinline__ Pair<T> map_identity() {
-    return Pair<T>{T(1), T(0)};
-}
-// `later` after `earlier` (scan order): S -> later.b + later.a (earlier.b + earlier.a S)
-template <typename T> __device__ __forceinline__ Pair<T> compose(Pair<T> earlier, Pair<T> later) {
-    return Pair<T>{later.m * earlier.m, fma(later.m, earlier.s, later.s)};
-}
 template <typename T> __device__ __forceinline__ Pair<T> shfl_down_pair(Pair<T> p, int d) {
     return Pair<T>{__shfl_down_sync(FULL_MASK, p.m, d), __shfl_down_sync(FULL_MASK, p.s, d)};
 }
@@ -102,19 +81,6 @@ template <typename T> __device__ __forceinline__ Pair<T> canonical(Pair<T> p) {
     return Pair<T>{isnan(p.m) ? qnan<T>() : p.m, isnan(p.s) ? qnan<T>() : p.s};
 }
 
-// The recurrence's term at an output y of cotangent g: g where y is finite; none (0) where y
-// is -inf or g is 0; 0 * g at +inf (NaN for an infinite or NaN g); NaN at a NaN output.
-template <typename T> __device__ __forceinline__ T grad_term(T y, T g) {
-    if (isfinite(y)) return g;
-    if (y == neg_inf<T>() || g == T(0)) return T(0);
-    return (y == pos_inf<T>()) ? g * T(0) : qnan<T>();
-}
-// The link exp(y - y_next) from the output after y in the forward's order (+inf past the
-// end); undefined links (inf - inf, NaN outputs) carry nothing.
-template <typename T> __device__ __forceinline__ T grad_link(T y, T y_next) {
-    const T a = xexp(y - y_next);
-    return isnan(a) ? T(0) : a;
-}
 // Warp 0: the exclusive composition, in place, of the n <= 64 maps at `maps` (two to a lane,
 // in scan order); returns the composition of all of them.
 template <typename T>
@@ -157,13 +123,6 @@ __device__ __forceinline__ Pair<T> map_look_back(long long tile, long long first
         prefix = compose(shfl_pair(val, 0), prefix);
         if (done != 0) return prefix;
     }
-}
-
-// exp(x - y), the weight of S in the input's cotangent; NaN for an input of NaN or +inf
-template <typename T> __device__ __forceinline__ T grad_weight(T x, T y) {
-    if (isnan(x) || x == pos_inf<T>()) return qnan<T>();
-    const T w = xexp(x - y);
-    return isnan(w) ? T(0) : w;
 }
 
 // A tile is ROUNDS x THREADS chunks of VEC consecutive elements (scan order: against the
@@ -303,68 +262,9 @@ xpops_logcumsumexp_grad_tiles(const T* __restrict__ x, const T* __restrict__ y,
     }
 }
 
-// ---- grad_columns: a strided axis, a thread a column and segment ----------------------------
-// Column c (of `lanes` = outer * inner) and segment s (scan positions [s * seg, (s + 1) * seg)
-// of the column): grad_column_maps writes the segment's map run from S = 0; grad_columns
-// applies the maps of the segments before its own to get S entering it, then runs its segment
-// again and writes the cotangents. Adjacent threads hold adjacent columns: every load and store
-// of a warp is one contiguous row.
-template <typename T>
-__global__ void xpops_logcumsumexp_grad_column_maps(const T* __restrict__ y,
-                                                    const T* __restrict__ g,
-                                                    Pair<T>* __restrict__ maps, const long long L,
-                                                    const long long inner, const long long lanes,
-                                                    const long long seg, const int reverse) {
-    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= lanes) return;
-    const long long s = blockIdx.y, o = c / inner, base = o * L * inner + (c - o * inner);
-    const long long m0 = s * seg, m1 = min(L, m0 + seg);
-    T y_prev = m0 == 0 ? pos_inf<T>() : y[base + (reverse ? L - m0 : m0 - 1) * inner];
-    Pair<T> m = map_identity<T>();
-    const long long step = reverse ? -inner : inner;  // the positions' offsets step by this
-    long long at = base + (reverse ? L - 1 - m0 : m0) * inner;
-#pragma unroll 4
-    for (long long k = m0; k < m1; ++k, at += step) {
-        const T yk = y[at];
-        const T a = grad_link(yk, y_prev);
-        m = Pair<T>{a * m.m, fma(a, m.s, grad_term(yk, g[at]))};
-        y_prev = yk;
-    }
-    maps[s * lanes + c] = m;
-}
-
-template <typename T>
-__global__ void xpops_logcumsumexp_grad_columns(const T* __restrict__ x, const T* __restrict__ y,
-                                                const T* __restrict__ g,
-                                                const Pair<T>* __restrict__ maps,
-                                                T* __restrict__ dx, const long long L,
-                                                const long long inner, const long long lanes,
-                                                const long long seg, const int exclusive,
-                                                const int reverse) {
-    const long long c = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= lanes) return;
-    const long long s = blockIdx.y, o = c / inner, base = o * L * inner + (c - o * inner);
-    const long long m0 = s * seg, m1 = min(L, m0 + seg);
-    T S = T(0);  // S before the column's first element: its link is 0
-    for (long long p = 0; p < s; ++p) {
-        const Pair<T> mp = maps[p * lanes + c];
-        S = fma(mp.m, S, mp.s);
-    }
-    T y_prev = m0 == 0 ? pos_inf<T>() : y[base + (reverse ? L - m0 : m0 - 1) * inner];
-    const long long step = reverse ? -inner : inner;  // the positions' offsets step by this
-    long long at = base + (reverse ? L - 1 - m0 : m0) * inner;
-#pragma unroll 4
-    for (long long k = m0; k < m1; ++k, at += step) {
-        const T yk = y[at];
-        const T next = fma(grad_link(yk, y_prev), S, grad_term(yk, g[at]));
-        dx[at] = exclusive ? grad_weight(x[at], y_prev) * S : grad_weight(x[at], yk) * next;
-        S = next;
-        y_prev = yk;
-    }
-}
 """
 
-_CODE = PAIRS + WARP + LOOK_BACK + CHUNKS + _SOURCE
+_CODE = PAIRS + WARP + LOOK_BACK + CHUNKS + GRAD_MAPS + _SOURCE
 _OPTIONS = ("-std=c++17",)
 
 
@@ -377,19 +277,6 @@ def _grad_tiles(dtype_name: str, rounds: int, threads: int, min_blocks: int) -> 
     )
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
     return module.get_function(name)
-
-
-@cupy.memoize(for_each_device=True)
-def _grad_columns(dtype_name: str) -> tuple[cupy.RawKernel, cupy.RawKernel]:
-    """The ``grad_column_maps`` and ``grad_columns`` kernels of `dtype_name`."""
-    t = C_TYPES[dtype_name]
-    names = [
-        f"xpops_logcumsumexp_grad_column_maps<{t}>",
-        f"xpops_logcumsumexp_grad_columns<{t}>",
-    ]
-    module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=names)
-    maps, columns = (module.get_function(name) for name in names)
-    return maps, columns
 
 
 def grad_tile_items(dtype_name: str) -> int:
@@ -438,9 +325,10 @@ def _two_scans(
 
 
 def _choose(x: cupy.ndarray, axis: int) -> str:
-    """grad_tiles where the forward scans by tiles, grad_columns for a strided axis of at least
-    a warp of adjacent columns and GRAD_COLUMN_MIN_LANES columns in all, the two scans
-    otherwise (many short rows, few columns)."""
+    """grad_tiles where the forward scans by tiles; for a strided axis of at least a warp of
+    adjacent columns and GRAD_COLUMN_MIN_LANES columns in all, grad_column_blocks where
+    `column_block_shape` gives it a shape, else grad_columns; the two scans otherwise (many
+    short rows, few columns)."""
     if dtype_name(x.dtype) not in C_TYPES:
         return "two_scans"
     kind = choose_kernel(x.shape, axis)
@@ -449,7 +337,8 @@ def _choose(x: cupy.ndarray, axis: int) -> str:
     inner = math.prod(x.shape[axis + 1 :])
     lanes = math.prod(x.shape[:axis]) * inner
     if inner >= 32 and lanes >= GRAD_COLUMN_MIN_LANES:
-        return "grad_columns"
+        blocks = column_block_shape(lanes, dtype_name(x.dtype)) is not None
+        return "grad_column_blocks" if blocks else "grad_columns"
     return "two_scans"
 
 
@@ -485,32 +374,6 @@ def _grad_tiles_scan(
     return dx
 
 
-def _grad_columns_scan(
-    x: cupy.ndarray, y: cupy.ndarray, g: cupy.ndarray, axis: int, exclusive: bool, reverse: bool
-) -> cupy.ndarray:
-    L = x.shape[axis]
-    inner = math.prod(x.shape[axis + 1 :])
-    lanes = math.prod(x.shape[:axis]) * inner
-    # enough segments for GRAD_COLUMN_WAVES waves of the GPU, none shorter than
-    # GRAD_COLUMN_MIN_SEGMENT positions
-    wanted = -(-GRAD_COLUMN_WAVES * multiprocessors() * 2048 // lanes)
-    segments = max(1, min(L // GRAD_COLUMN_MIN_SEGMENT, wanted, MAX_GRID_Y))
-    seg = -(-L // segments)
-    segments = -(-L // seg)
-    maps_kernel, columns_kernel = _grad_columns(dtype_name(x.dtype))
-    maps = cupy.empty((segments, lanes, 2), x.dtype)
-    dx = cupy.empty(x.shape, x.dtype)
-    grid = (-(-lanes // GRAD_COLUMN_THREADS), segments)
-    sizes = (np.int64(L), np.int64(inner), np.int64(lanes), np.int64(seg))
-    maps_kernel(grid, (GRAD_COLUMN_THREADS,), (y, g, maps, *sizes, np.int32(reverse)))
-    columns_kernel(
-        grid,
-        (GRAD_COLUMN_THREADS,),
-        (x, y, g, maps, dx, *sizes, np.int32(exclusive), np.int32(reverse)),
-    )
-    return dx
-
-
 def real_pullback(
     x: cupy.ndarray,
     y: cupy.ndarray,
@@ -524,8 +387,8 @@ def real_pullback(
     shape, ndim >= 1), where the scan that covers is logcumsumexp with `exclusive` and
     `reverse` as given (the forward's `reverse` already flipped).
 
-    `kernel` (tests and benchmarks only) forces ``"grad_tiles"``, ``"grad_columns"`` or
-    ``"two_scans"``.
+    `kernel` (tests and benchmarks only) forces ``"grad_tiles"``, ``"grad_column_blocks"``,
+    ``"grad_columns"`` or ``"two_scans"``.
     """
     x, y, g = (cupy.ascontiguousarray(a) for a in (x, y, g))  # raw indexing is C order
     if x.size == 0:
@@ -535,5 +398,7 @@ def real_pullback(
     if kernel == "grad_tiles":
         return _grad_tiles_scan(x, y, g, axis, exclusive, reverse)
     if kernel == "grad_columns":
-        return _grad_columns_scan(x, y, g, axis, exclusive, reverse)
+        return grad_columns_scan(x, y, g, axis, exclusive, reverse)
+    if kernel == "grad_column_blocks":
+        return grad_column_blocks_scan(x, y, g, axis, exclusive, reverse)
     return _two_scans(x, y, g, axis, exclusive, reverse)

@@ -16,6 +16,8 @@ and a helper no group holds is used by one family only and lives in that family'
   from its maximum and its sum against it. Tiles, totals and rows.
 * `TILE_MATH`: the per-element exp and per-output log of the hot loops (`TileMath`), float64's
   from tables in shared memory. Tiles and columns.
+* `GRAD_MAPS`: the backward's recurrence: its affine maps ``S -> b + a S``, each output's term
+  and link, each input's weight. The backward kernels (`_backward`, `_grad_columns`).
 """
 
 import cupy
@@ -24,6 +26,7 @@ import numpy as np
 __all__ = [
     "CHUNKS",
     "FAST_PATH",
+    "GRAD_MAPS",
     "LOOK_BACK",
     "PAIRS",
     "TILE_MATH",
@@ -349,6 +352,37 @@ template <> struct TileMath<double> {
         return fma(n, LN2_HI, fma(n, LN2_LO, l1p) + lg[i]);
     }
 };
+"""
+
+
+GRAD_MAPS = r"""
+// Maps S -> b + a S as Pair<T>{a, b} (the look-back slots' storage).
+template <typename T> __device__ __forceinline__ Pair<T> map_identity() {
+    return Pair<T>{T(1), T(0)};
+}
+// `later` after `earlier` (scan order): S -> later.b + later.a (earlier.b + earlier.a S)
+template <typename T> __device__ __forceinline__ Pair<T> compose(Pair<T> earlier, Pair<T> later) {
+    return Pair<T>{later.m * earlier.m, fma(later.m, earlier.s, later.s)};
+}
+// The recurrence's term at an output y of cotangent g: g where y is finite; none (0) where y
+// is -inf or g is 0; 0 * g at +inf (NaN for an infinite or NaN g); NaN at a NaN output.
+template <typename T> __device__ __forceinline__ T grad_term(T y, T g) {
+    if (isfinite(y)) return g;
+    if (y == neg_inf<T>() || g == T(0)) return T(0);
+    return (y == pos_inf<T>()) ? g * T(0) : qnan<T>();
+}
+// The link exp(y - y_next) from the output after y in the forward's order (+inf past the
+// end); undefined links (inf - inf, NaN outputs) carry nothing.
+template <typename T> __device__ __forceinline__ T grad_link(T y, T y_next) {
+    const T a = xexp(y - y_next);
+    return isnan(a) ? T(0) : a;
+}
+// exp(x - y), the weight of S in the input's cotangent; NaN for an input of NaN or +inf
+template <typename T> __device__ __forceinline__ T grad_weight(T x, T y) {
+    if (isnan(x) || x == pos_inf<T>()) return qnan<T>();
+    const T w = xexp(x - y);
+    return isnan(w) ? T(0) : w;
+}
 """
 
 
