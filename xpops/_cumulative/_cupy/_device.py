@@ -143,16 +143,18 @@ template <typename T> __device__ __forceinline__ bool fast_ok(T ref, T x0, Pair<
     return ref - low <= threshold<T>();
 }
 
-// A tile off the fast path against its maximum B whose prefix is empty (every output is then
-// at least its first element x0), x0 more than THRESHOLD below B: against x0 + THRESHOLD - 1
-// instead, it is on the fast path if every term of its N stays within the headroom below (its
-// sums in range). That reference, or NaN where none serves.
+// The bits of n; log of the largest finite value (rounded down).
 __host__ __device__ constexpr int bit_width(unsigned long long n) {
     return n ? 1 + bit_width(n >> 1) : 0;
 }
 template <typename T> __device__ __forceinline__ T log_max();
 template <> __device__ __forceinline__ float log_max<float>() { return 88.72f; }
 template <> __device__ __forceinline__ double log_max<double>() { return 709.78; }
+
+// A tile off the fast path against its maximum B whose prefix is empty (every output is then
+// at least its first element x0), x0 more than THRESHOLD below B: against x0 + THRESHOLD - 1
+// instead, it is on the fast path if every term of its N stays within the headroom below (its
+// sums in range). That reference, or NaN where none serves.
 template <typename T, long long N>
 __device__ __forceinline__ T lifted_reference(T B, T x0, Pair<T> P) {
     // every term at most exp(headroom): a sum of N of them below half the largest finite value
