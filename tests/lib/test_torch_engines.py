@@ -18,6 +18,7 @@ import pytest
 import xpops
 from xpops._lib import _torch
 from xpops._lib._dispatch import torch_fast_arrays
+from xpops.distributions import _mvn as mvn_module
 from xpops.linalg import _torch as linalg_torch
 
 torch = pytest.importorskip("torch")
@@ -472,6 +473,7 @@ def handed_over(fake_cupy, monkeypatch):
         return ("cupy", 3) if kind == "numpy" else (kind, index)
 
     monkeypatch.setattr(autograd, "engine_for", as_cuda)
+    monkeypatch.setattr(mvn_module, "engine_for", as_cuda)  # the distributions' torch engines
     sys.modules["cupy"].random = types.SimpleNamespace(Generator=type("Generator", (), {}))
     monkeypatch.setattr(_torch, "_raw_stream_getter", lambda: lambda index: 0)
     monkeypatch.setattr(_torch, "_cupy_view", _torch._numpy_view)
@@ -536,7 +538,7 @@ def test_autograd_hands_distributions_over(handed_over):
     tmvn(theirs[0], covariance_matrix=theirs[1]).log_prob(theirs[2]).sum().backward()
     for o, t in zip(ours, theirs, strict=True):
         torch.testing.assert_close(o.grad, t.grad, rtol=1e-10, atol=1e-10)
-    assert handed_over == [3, 3]
+    assert handed_over == [3, 3, 3]  # the constructor's checks, the forward, the backward
 
     p, q = _leaves(loc, np.linalg.cholesky(cov)), _leaves(value[0], 2 * np.eye(5))
     tp, tq = _leaves(loc, np.linalg.cholesky(cov)), _leaves(value[0], 2 * np.eye(5))
@@ -548,7 +550,7 @@ def test_autograd_hands_distributions_over(handed_over):
     for o, t in zip(p + q, tp + tq, strict=True):
         expected = torch.tril(t.grad) if t.ndim == 2 else t.grad  # the used triangle
         torch.testing.assert_close(o.grad, expected, rtol=1e-10, atol=1e-10)
-    assert len(handed_over) == 4
+    assert len(handed_over) == 7  # two constructors' checks
 
     # prob and entropy, of a batch of precision matrices
     prec = np.stack([np.linalg.inv(cov), np.eye(5)])
@@ -559,7 +561,55 @@ def test_autograd_hands_distributions_over(handed_over):
     (t.log_prob(theirs[2]).exp().sum() + t.entropy().sum()).backward()
     for o, t in zip(ours, theirs, strict=True):
         torch.testing.assert_close(o.grad, t.grad, rtol=1e-9, atol=1e-10)
-    assert len(handed_over) == 8
+    assert len(handed_over) == 12
+
+
+def test_distribution_methods_hand_over(handed_over):
+    """Unrecorded, a distribution of tensors that CuPy takes is checked and factored on their
+    views, and log_prob and prob run there (one hand-over each); results and errors are those
+    of the tensors' own path. Recorded, only the checks are handed over: PyTorch's operations
+    make the factor, so that the properties computed from it carry gradients."""
+    mvn = xpops.distributions.MultivariateNormal
+    tmvn = torch.distributions.MultivariateNormal
+    rng = np.random.default_rng(15)
+    g = rng.standard_normal((2, 4, 4))
+    cov = g @ np.swapaxes(g, -1, -2) / 4 + np.eye(4)
+    loc, value = rng.standard_normal(4), rng.standard_normal((6, 2, 4))
+    tloc, tcov, tvalue = (torch.from_numpy(a) for a in (loc, cov, value))
+    for name, matrix in [
+        ("covariance_matrix", tcov),
+        ("precision_matrix", torch.linalg.inv(tcov)),
+        ("scale_tril", torch.linalg.cholesky(tcov)),
+    ]:
+        handed_over.clear()
+        d, t = mvn(tloc, **{name: matrix}), tmvn(tloc, **{name: matrix})
+        assert handed_over == [3]  # the checks and the factor
+        assert type(d.scale_tril) is torch.Tensor
+        torch.testing.assert_close(d.scale_tril, t.scale_tril, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(d.log_prob(tvalue), t.log_prob(tvalue), rtol=1e-12, atol=1e-12)
+        prob = t.log_prob(tvalue).exp()
+        torch.testing.assert_close(d.prob(value.tolist()), prob, rtol=1e-12, atol=0)
+        assert handed_over == [3, 3, 3]
+    bad = tvalue.clone()
+    bad[1, 0, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"`value` must be finite, got shape \(6, 2, 4\)"):
+        d.log_prob(bad)
+    with pytest.raises(ValueError, match="`loc` must be finite"):
+        mvn(torch.full((4,), float("inf"), dtype=torch.float64), covariance_matrix=tcov)
+    with pytest.raises(ValueError, match="`covariance_matrix` must be symmetric"):
+        mvn(tloc, covariance_matrix=tcov + torch.triu(torch.ones(4, 4), 1))
+    with pytest.raises(ValueError, match="`scale_tril` must have a positive diagonal"):
+        mvn(tloc, scale_tril=-torch.eye(4, dtype=torch.float64))
+
+    # recorded: the checks on the views, the factor by PyTorch (a gradient through it)
+    handed_over.clear()
+    ours, theirs = _leaves(loc, cov[0]), _leaves(loc, cov[0])
+    mvn(ours[0], covariance_matrix=ours[1]).scale_tril.sum().backward()
+    tmvn(theirs[0], covariance_matrix=theirs[1]).scale_tril.sum().backward()
+    torch.testing.assert_close(ours[1].grad, theirs[1].grad, rtol=1e-12, atol=1e-12)
+    assert handed_over == [3]
+    with pytest.raises(ValueError, match="`covariance_matrix` must be positive definite"):
+        mvn(ours[0], covariance_matrix=-ours[1])
 
 
 def test_autograd_hand_over_keeps_the_in_place_check_and_the_generators(handed_over):
@@ -589,7 +639,7 @@ def test_autograd_hand_over_keeps_the_in_place_check_and_the_generators(handed_o
     d = xpops.distributions.MultivariateNormal(loc, scale_tril=tril)
     d.rsample((4,), rng=torch.Generator().manual_seed(0)).sum().backward()
     assert torch.equal(loc.grad, torch.full((3,), 4.0, dtype=torch.float64))
-    assert handed_over == [3, 3, 3, 3]  # not rsample's
+    assert handed_over == [3] * 6  # the constructors' checks, not rsample's draws
 
 
 # ---- CUDA: the CuPy engines (skipped without CUDA and CuPy) ------------------------------------
@@ -793,7 +843,38 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
     ).sum().backward()
     stream.synchronize()
     close(ours, ref)
-    assert cupy_hand_overs == [0] * 6  # forward and backward of each
+    # forward and backward of each, and the distribution's checks
+    assert cupy_hand_overs == [0] * 7
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_distribution_runs_on_cupy(cuda, dtype, cupy_hand_overs):
+    """A distribution of CUDA tensors is checked and factored on CuPy, and its log_prob and
+    prob run there (the fused kernels for D <= 32, the generic code on CuPy arrays above):
+    results those of the same calls on CuPy arrays, errors theirs."""
+    cp, device = cuda
+    mvn = xpops.distributions.MultivariateNormal
+    rng = np.random.default_rng(16)
+    for d, name in [(16, "scale_tril"), (16, "covariance_matrix"), (40, "scale_tril")]:
+        g = rng.standard_normal((d, d))
+        cov = g @ g.T / d + np.eye(d)
+        matrix = np.linalg.cholesky(cov) if name == "scale_tril" else cov
+        arrays = (rng.standard_normal(d), matrix, rng.standard_normal((3000, d)))
+        kind = getattr(torch, dtype)
+        loc, m, value = (torch.tensor(a, dtype=kind, device=device) for a in arrays)
+        cupy_hand_overs.clear()
+        ours = mvn(loc, **{name: m})
+        ref = mvn(cp.from_dlpack(loc), **{name: cp.from_dlpack(m)})
+        _cuda_same(ours.log_prob(value), ref.log_prob(cp.from_dlpack(value)), device)
+        _cuda_same(ours.prob(value[:10]), ref.prob(cp.from_dlpack(value[:10])), device)
+        _cuda_same(ours.scale_tril, ref.scale_tril, device)
+        assert cupy_hand_overs == [0, 0, 0]
+    bad = value.clone()
+    bad[5, 3] = float("nan")
+    with pytest.raises(ValueError, match=r"`value` must be finite, got shape \(3000, 40\)"):
+        ours.log_prob(bad)
+    with pytest.raises(ValueError, match="`scale_tril` must be lower triangular"):
+        mvn(loc, scale_tril=m + torch.triu(torch.ones_like(m), 1))
 
 
 def test_cuda_side_stream(cuda):

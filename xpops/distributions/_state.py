@@ -56,22 +56,27 @@ class State:
         vars(new).update(vars(self))
         return new
 
-    def _mapped(self, view: Callable[[Any], Any]) -> Self:
+    def _mapped(self, view: Callable[[Any], Any], *, given: bool = True) -> Self:
         """A copy whose arrays are ``view`` of this one's, with their library's namespace and
-        dtype: the same distribution on the same memory in another library. The autograd
-        binding runs a rule recorded on PyTorch's CUDA tensors on their CuPy views this way,
-        with the factor already computed and checked. Caches tied to a library (the fused
-        kernels' layout) are left to be remade."""
+        dtype: the same distribution on the same memory in another library. Calls on PyTorch's
+        CUDA tensors run on their CuPy views this way: the rules that the autograd binding
+        records, with the factor already computed and checked, and the methods' ``torch``
+        engines, the constructor's included (before the factor exists). Without `given`, the
+        parameters as given (the rules' primals) are left out, and only the arrays the methods
+        compute with are viewed. Caches tied to a library (the fused kernels' layout) are
+        left to be remade."""
         new = object.__new__(type(self))
         state = {}
         for name, value in vars(self).items():
-            if is_array(value):
+            if not given and name in ("_args", "_given"):
+                value = None
+            elif is_array(value):
                 value = view(value)
             elif isinstance(value, tuple):  # the parameters as given, (name, matrix)
                 value = tuple(view(a) if is_array(a) else a for a in value)
             state[name] = value
-        state["_xp"] = _backend.get_namespace(state["_tril"])
-        state["_dtype"] = state["_tril"].dtype
+        state["_xp"] = _backend.get_namespace(state["_loc"])
+        state["_dtype"] = state["_loc"].dtype
         state["_fused"] = None
         vars(new).update(state)
         return new
