@@ -6,6 +6,7 @@ namespace, by the log-depth scan of `_logdepth`); the special values of complex 
 written once in `_complex`.
 """
 
+import functools
 import operator
 from typing import Any
 
@@ -15,6 +16,7 @@ from .._autodiff import _torch as _autograd
 from .._lib._compile import compiling, untraced
 from .._lib._dispatch import OWN_ENGINES, Engines, cupy_fast_arrays, dispatch, torch_fast_arrays
 from .._lib._dtypes import default_float, is_dtype, is_low_precision
+from .._lib._torch import on_device
 from .._lib._typing import Array, ArrayT, DType, Namespace
 from .._lib._validation import as_bool
 
@@ -85,7 +87,8 @@ def _fast_path(x: Any, axis: Any, exclusive: Any, reverse: Any, dtype: Any) -> A
     if cupy_fast_arrays(x, chars="fd"):
         engine = _ENGINES["cupy"]
     elif torch_fast_arrays(x, chars="fd"):
-        engine = _ENGINES["torch"]
+        # the tensor passed the guard: its device picks the engine, with no second look at it
+        engine = functools.partial(on_device, _ENGINES, x.device)
     else:
         return None
     if axis is None:

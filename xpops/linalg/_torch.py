@@ -16,12 +16,13 @@ result, which LAPACK leaves column-major, is made C-contiguous as the contract s
 Importing this module imports neither PyTorch nor CuPy.
 """
 
+import functools
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from .._lib._dispatch import Engines
-from .._lib._torch import bridge, engine_for
+from .._lib._torch import bridge, engine_for, on_device
 from .._lib._typing import Array, Namespace
 
 __all__ = ["cholesky_solve", "solve_same_batch"]
@@ -43,7 +44,6 @@ _OWN_SAME_BATCH = Engines(
     dask="._dask:cholesky_solve",
     generic="._agnostic:cholesky_solve",
 )
-_BRIDGES: dict[str, Callable[..., Any]] = {}
 
 
 def _by_torch(x: Any, y: Any) -> bool:
@@ -53,11 +53,10 @@ def _by_torch(x: Any, y: Any) -> bool:
     return y.shape[-1] <= _TORCH_MAX_M and engine_for((x, y))[0] == "numpy"
 
 
-def _own(name: str, engines: Engines) -> Callable[..., Any]:
-    engine = _BRIDGES.get(name)
-    if engine is None:
-        engine = _BRIDGES[name] = bridge(engines)
-    return engine
+@functools.cache
+def _own() -> Callable[..., Any]:
+    """The ``torch`` engine of `_OWN` (`bridge`), made once."""
+    return bridge(_OWN)
 
 
 def _solve(x: Array, y: Array, upper: bool) -> Array:
@@ -70,11 +69,14 @@ def cholesky_solve(x: Array, y: Array, upper: bool, *, xp: Namespace | None = No
     """The engine of the contract's table: arguments as the other engines take them."""
     if _by_torch(x, y):
         return _solve(x, y, upper)
-    return _own("general", _OWN)(x, y, upper, xp=xp)
+    return _own()(x, y, upper, xp=xp)
 
 
 def solve_same_batch(x: Array, y: Array, upper: bool) -> Array:
-    """The engine of the contract's fast path (one batch shape, nothing empty)."""
-    if _by_torch(x, y):
+    """The engine of the contract's fast path (one batch shape, nothing empty), whose tensors
+    `torch_fast_arrays` has passed (one device, the CPU or a CUDA device that CuPy sees): they
+    are not looked at again (a few microseconds of host time a look)."""
+    device = x.device
+    if device.type == "cpu" and y.shape[-1] <= _TORCH_MAX_M:
         return _solve(x, y, upper)
-    return _own("same batch", _OWN_SAME_BATCH)(x, y, upper)
+    return on_device(_OWN_SAME_BATCH, device, x, y, upper)
