@@ -95,6 +95,13 @@ def _cupy_density_peers(loc: Any, cov: Any, x: Any, n: int) -> dict[str, Callabl
             )
             peers["torch log_prob"] = functools.partial(dist.log_prob, torch.from_dlpack(x))
             peers["torch sample"] = functools.partial(dist.sample, (n,))
+            # xpops on the same CUDA tensors: the fused kernels through DLPack
+            from ..distributions import MultivariateNormal
+
+            ours = MultivariateNormal(dist.loc, covariance_matrix=torch.from_dlpack(cov))
+            peers["xpops via torch log_prob"] = functools.partial(
+                ours.log_prob, torch.from_dlpack(x)
+            )
     except ImportError:
         pass
     try:

@@ -61,13 +61,13 @@ def _torch_peer(backend: str, b: Any, factor: Any) -> dict[str, Any]:
         import torch
     except ImportError:
         return {}
-    if backend == "cupy":
-        if not torch.cuda.is_available():
-            return {}
-        tb, tl = torch.from_dlpack(b), torch.from_dlpack(factor)
-    else:
-        tb, tl = torch.from_dlpack(b), torch.from_dlpack(factor)
-    return {"torch": lambda: torch.cholesky_solve(tb, tl)}
+    if backend == "cupy" and not torch.cuda.is_available():
+        return {}
+    tb, tl = torch.from_dlpack(b), torch.from_dlpack(factor)
+    peers = {"torch": lambda: torch.cholesky_solve(tb, tl)}
+    if backend == "cupy":  # xpops on the CUDA tensors: our kernels through DLPack
+        peers["xpops via torch"] = lambda: xpops.linalg.cholesky_solve(tb, tl)
+    return peers
 
 
 def _gpu_peers(b: Any, factor: Any) -> dict[str, Any]:
