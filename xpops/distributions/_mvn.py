@@ -6,12 +6,12 @@ kernels (`_cupy`) where they take the distribution, and the Dask engine (`_dask`
 first use) for Dask parameters or a Dask value; for PyTorch's CUDA tensors, the constructor,
 log_prob and prob run the CuPy engine on their memory (`_on_cuda_tensors`). The Dask engine
 reads only the public properties of a distribution; what its chunks need of this module
-reaches it through `_on_dask`, the one hand-off. A call that PyTorch's autograd records (parameters or a value
-that require grad) goes instead to the array-level rules of `_vjp` and `_cdf_vjp`
-(`_recorded`), whose forward pass is the method itself. The properties live in the base class
-`_properties.Properties`, cdf and logcdf in `_cdf_methods.CdfMethods`, and pickling, copies
-and the helpers the methods share (the checks of values, the cached forms of the factor) in
-`_state.State`, the base of `CdfMethods`.
+reaches it through `_on_dask`, the one hand-off. A call that PyTorch's autograd records
+(parameters or a value that require grad) goes instead to the array-level rules of `_vjp` and
+`_cdf_vjp` (`_recorded`), whose forward pass is the method itself. The properties live in the
+base class `_properties.Properties`, cdf and logcdf in `_cdf_methods.CdfMethods`, and
+pickling, copies and the helpers the methods share (the checks of values, the cached forms of
+the factor) in `_state.State`, the base of `CdfMethods`.
 """
 
 import copy
