@@ -8,6 +8,7 @@ that is turned off, except in the tests of that path at the end of the CPU secti
 """
 
 import ctypes
+import pickle
 import sys
 import types
 from typing import ClassVar
@@ -590,6 +591,15 @@ def test_distribution_methods_hand_over(handed_over):
         prob = t.log_prob(tvalue).exp()
         torch.testing.assert_close(d.prob(value.tolist()), prob, rtol=1e-12, atol=0)
         assert handed_over == [3, 3, 3]
+    # the CuPy mirror is made once and kept while the distribution's arrays are the same;
+    # neither a pickle nor a Dask chunk's part of the batch takes it
+    mirror = vars(d)["_mirror_of"][2]
+    d.log_prob(tvalue)
+    assert vars(d)["_mirror_of"][2] is mirror
+    assert "_mirror_of" not in vars(pickle.loads(pickle.dumps(d)))
+    part = mvn_module._batch_part(d, (slice(1, 2),))
+    torch.testing.assert_close(part.log_prob(tvalue[:, 1:]), d.log_prob(tvalue)[:, 1:])
+    assert vars(part)["_mirror_of"][2] is not mirror
     bad = tvalue.clone()
     bad[1, 0, 2] = float("nan")
     with pytest.raises(ValueError, match=r"`value` must be finite, got shape \(6, 2, 4\)"):

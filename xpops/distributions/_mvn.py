@@ -538,7 +538,7 @@ def _engines(in_memory: Any, lazy: str, torch: Any = None) -> Engines:
 def _on_cuda_tensors(in_memory: Any) -> Any:
     """A method's ``torch`` engine: for a distribution of CUDA tensors that CuPy takes (and
     tensors among the arguments on the same device), `in_memory` runs on the distribution's
-    CuPy mirror (`State._mapped`: views of the same memory) and on views of those tensors, on
+    CuPy mirror (`State._mirror`: views of the same memory) and on views of those tensors, on
     PyTorch's current stream, its result coming back as tensors (`run_on_cupy`). The fused
     kernels then serve the call, checks of the values included, in one pass and one read
     where PyTorch's operations would take several of each. Otherwise `in_memory` runs on the
@@ -552,7 +552,7 @@ def _on_cuda_tensors(in_memory: Any) -> Any:
 
         def run(view: Any) -> Any:
             viewed = (view(a) if isinstance(a, tensor) else a for a in args)
-            return in_memory(dist._mapped(view, given=False), *viewed)
+            return in_memory(dist._mirror(view), *viewed)
 
         return run_on_cupy(index, run)
 

@@ -45,7 +45,7 @@ class State:
     def __getstate__(self) -> dict[str, Any]:
         """The attributes for the standard pickle (`_common.pack`: the namespace by name,
         CuPy arrays as NumPy copies, returned to the current device by `__setstate__`)."""
-        return pack(vars(self))
+        return pack({k: v for k, v in vars(self).items() if k != "_mirror_of"})
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         vars(self).update(unpack(state))
@@ -68,6 +68,8 @@ class State:
         new = object.__new__(type(self))
         state = {}
         for name, value in vars(self).items():
+            if name == "_mirror_of":  # this distribution's own mirror (`_mirror`)
+                continue
             if not given and name in ("_args", "_given"):
                 value = None
             elif is_array(value):
@@ -80,6 +82,20 @@ class State:
         state["_fused"] = None
         vars(new).update(state)
         return new
+
+    def _mirror(self, view: Callable[[Any], Any]) -> Self:
+        """``_mapped(view, given=False)``, kept for the next call while this distribution
+        computes with the same arrays: a distribution of CUDA tensors is viewed once, and the
+        caches of its CuPy mirror (the fused kernels' layout, ``L^-T``) serve every later
+        call. The views hold the tensors they view, which this distribution holds anyway; a
+        copy whose arrays are replaced (a Dask chunk's part of the batch) makes its own."""
+        held = vars(self).get("_mirror_of")
+        if held is not None and held[0] is self._loc and held[1] is self._tril:
+            mirror: Self = held[2]
+            return mirror
+        mirror = self._mapped(view, given=False)
+        self._mirror_of = (self._loc, self._tril, mirror)
+        return mirror
 
     # ---- helpers of the methods -------------------------------------------------------------
 
