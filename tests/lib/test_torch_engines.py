@@ -8,6 +8,7 @@ that is turned off, except in the tests of that path at the end of the CPU secti
 """
 
 import ctypes
+import math
 import pickle
 import sys
 import types
@@ -360,7 +361,11 @@ class _FakeArray(np.ndarray):
 
     exported_on: ClassVar[list] = []  # the streams the result's capsules were asked for
 
-    def __new__(cls, shape, dtype, memptr, strides):
+    def __new__(cls, shape, dtype, memptr, strides=None):
+        if strides is None:  # C-contiguous
+            strides = tuple(
+                np.empty(0, dtype).itemsize * math.prod(shape[i + 1 :]) for i in range(len(shape))
+            )
         memory = memptr.mem
         buffer = (ctypes.c_char * memory.size).from_address(memory.ptr + memptr.offset)
         flat = np.frombuffer(buffer, dtype=np.uint8).view(dtype)
@@ -447,8 +452,8 @@ def test_cupy_plumbing(fake_cupy, monkeypatch, ptr):
     x = torch.arange(6.0).reshape(2, 3)
     y = torch.ones(3, requires_grad=True)  # detached for the export
     monkeypatch.setattr(_FakeArray, "exported_on", [])
-    for _ in range(2):
-        out, seven = _torch._on_cupy(engine, 3, (x.T, 2), {"y": y[None].expand(3, 3)[:, :2]})
+    for first in (x.T, x.T.contiguous()):  # strided, then contiguous
+        out, seven = _torch._on_cupy(engine, 3, (first, 2), {"y": y[None].expand(3, 3)[:, :2]})
         assert type(out) is torch.Tensor
         assert seven == 7
         assert torch.equal(out, x.T * 2 + 1)
