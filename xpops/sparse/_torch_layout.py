@@ -10,6 +10,7 @@ of the dense dimensions' values.
 import math
 import sys
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
@@ -33,23 +34,41 @@ def _torch() -> Any:
 # PyTorch warns, once a process, that invariant checks are off even where the call turns them
 # off explicitly (seen with 2.11); ours hold by construction, so the warning is no news.
 _UNCHECKED = "Sparse invariant checks are implicitly disabled"
+# The constructors ("coo", "csr") called once under the filter: PyTorch warns at most once a
+# process and constructor, so later calls skip the filter, which costs a few microseconds and
+# makes Python forget which warnings every module has already shown.
+_FILTERED: set[str] = set()
+
+
+def _unwarned(kind: str, build: Callable[[], Any]) -> Any:
+    """``build()``, PyTorch's warning about unchecked invariants silenced on the first call of
+    constructor `kind`."""
+    if kind in _FILTERED:
+        return build()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", _UNCHECKED, UserWarning)
+        out = build()
+    _FILTERED.add(kind)
+    return out
 
 
 def coo_tensor(indices: Any, values: Any, size: tuple[int, ...], *, coalesced: bool) -> Any:
     """A COO tensor whose invariants hold by construction: not checked, no warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _UNCHECKED, UserWarning)
-        return _torch().sparse_coo_tensor(
+    return _unwarned(
+        "coo",
+        lambda: _torch().sparse_coo_tensor(
             indices, values, size, is_coalesced=coalesced, check_invariants=False
-        )
+        ),
+    )
 
 
 def csr_tensor(crow: Any, col: Any, values: Any, size: tuple[int, ...]) -> Any:
     """A CSR tensor (batched as PyTorch stacks them) whose invariants hold by construction:
     not checked, no warning."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", _UNCHECKED, UserWarning)
-        return _torch().sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
+    return _unwarned(
+        "csr",
+        lambda: _torch().sparse_csr_tensor(crow, col, values, size=size, check_invariants=False),
+    )
 
 
 def sparse_shape(a: Any) -> tuple[int, ...]:
