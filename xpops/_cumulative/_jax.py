@@ -1,10 +1,12 @@
 r"""JAX engine of logcumsumexp, and the real pull-back of its backward rule on JAX arrays:
 XLA's own scans, traced into the caller's program (the JAX binding compiles each call as one).
 
-Forward (real dtypes). ``jax.lax.cumlogsumexp`` where XLA makes it fast (GPU and TPU: XLA
-rewrites its windowed reduction into a tree of passes), and on the CPU, where XLA runs that
-windowed reduction about ten times slower than a tree, the tree itself:
-``jax.lax.associative_scan`` of ``logaddexp`` (2^20 float32 on two cores: 60 against 550 ms).
+Forward (real dtypes). ``jax.lax.associative_scan`` of ``logaddexp`` (a tree of passes) on
+the CPU and on CUDA GPUs, where XLA runs ``jax.lax.cumlogsumexp`` as a windowed reduction that
+is slower: 2^20 float32 on two CPU cores 60 against 550 ms; on an H200, jitted, 2.6 against
+9.2 ms for 2^28 float32, 2.2-2.3 against 5.9-9.1 ms for (8192, 32768) along either axis, 0.7
+against 2.4 ms for (1048576, 64) along the rows, 2.4 against 20 ms for 2^27 float64.
+``jax.lax.cumlogsumexp`` stays on the other platforms (TPU, ROCm), unmeasured;
 ``jax.lax.platform_dependent`` picks one when the program is compiled for its device. Both
 combine with ``logaddexp``, which meets the contract's special values: ``-inf`` is the identity
 (so a prefix of one finite term among ``-inf`` is that term exactly), ``+inf`` wins from there
@@ -58,10 +60,9 @@ def logcumsumexp(x: Array, axis: int, exclusive: bool, reverse: bool) -> Array:
     if x.size == 0:
         return x
     flags: dict[str, Any] = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
+    tree = functools.partial(scan, inclusive=tree_scan, **flags)
     return jax.lax.platform_dependent(
-        x,
-        cpu=functools.partial(scan, inclusive=tree_scan, **flags),
-        default=functools.partial(scan, inclusive=native_scan, **flags),
+        x, cpu=tree, cuda=tree, default=functools.partial(scan, inclusive=native_scan, **flags)
     )
 
 
@@ -77,7 +78,8 @@ def scan(
 
 
 def native_scan(x: Array, axis: int, reverse: bool) -> Array:
-    """The inclusive scan by ``jax.lax.cumlogsumexp`` (the engine's choice off the CPU)."""
+    """The inclusive scan by ``jax.lax.cumlogsumexp`` (the engine's choice on platforms other
+    than the CPU and CUDA)."""
     import jax
 
     return jax.lax.cumlogsumexp(x, axis=axis, reverse=reverse)
@@ -85,7 +87,7 @@ def native_scan(x: Array, axis: int, reverse: bool) -> Array:
 
 def tree_scan(x: Array, axis: int, reverse: bool) -> Array:
     """The inclusive scan by ``jax.lax.associative_scan`` of ``logaddexp`` (the engine's
-    choice on the CPU)."""
+    choice on the CPU and CUDA GPUs)."""
     import jax
 
     return jax.lax.associative_scan(jax.numpy.logaddexp, x, reverse=reverse, axis=axis)

@@ -25,7 +25,7 @@ __all__ = ["logcumsumexp"]
 # Each engine takes (x, axis, exclusive, reverse): `x` of the compute dtype, ndim >= 1, and
 # `axis` normalized to 0 <= axis < x.ndim. PyTorch tensors take the NumPy and CuPy engines
 # (faster than torch.logcumsumexp on the CPU, which has no `exclusive` or `reverse`). JAX
-# arrays take jax.lax.cumlogsumexp or an associative scan, by platform.
+# arrays take an associative scan or jax.lax.cumlogsumexp, by platform.
 _ENGINES = Engines(
     __package__,
     numpy="._numpy:logcumsumexp",
@@ -176,9 +176,9 @@ def logcumsumexp(
     copies), Dask (lazy: each chunk scanned by the in-memory op, block carries combined with
     ``logaddexp``), PyTorch (the NumPy engine for CPU tensors, the CuPy kernels for CUDA
     tensors where CuPy is installed, on their memory through DLPack; other tensors as other
-    namespaces), JAX (``jax.lax.cumlogsumexp`` on a GPU or TPU, an associative scan of
-    ``logaddexp`` on the CPU; complex input as other namespaces), and any other array-API
-    namespace (a log-depth scan in array-API operations).
+    namespaces), JAX (an associative scan of ``logaddexp`` on the CPU and CUDA GPUs,
+    ``jax.lax.cumlogsumexp`` on other platforms; complex input as other namespaces), and any
+    other array-API namespace (a log-depth scan in array-API operations).
 
     JAX: ``jax.grad``, ``jax.jit``, ``jax.vmap`` and their compositions take floating JAX
     arrays, the gradient given by the backward rule (a ``jax.custom_vjp``: no NaN at ``-inf``
