@@ -168,6 +168,8 @@ def test_fast_kernel_runs_on_the_current_stream(cupy_only, affine):
     n = 1 << 16
     out = cp.zeros(n, dtype=cp.int64)
     stream = cp.cuda.Stream(non_blocking=True)
+    # the zeros are written on the null stream, which a non-blocking stream does not wait for
+    stream.wait_event(cp.cuda.get_current_stream().record())
     with stream:
         kernel(_cuda.grid_1d(n, 256), 256, (out.data.ptr, 3, 1, n))
     stream.synchronize()
