@@ -615,6 +615,13 @@ def test_distribution_methods_hand_over(handed_over):
         mvn(tloc, covariance_matrix=tcov + torch.triu(torch.ones(4, 4), 1))
     with pytest.raises(ValueError, match="`scale_tril` must have a positive diagonal"):
         mvn(tloc, scale_tril=-torch.eye(4, dtype=torch.float64))
+    # an array of another library stays refused; unchecked, PyTorch factors a covariance
+    with pytest.raises(TypeError, match="`value` must be an array of the distribution's"):
+        d.log_prob(value)
+    handed_over.clear()
+    with pytest.raises(ValueError, match=r"factorization of `covariance_matrix` .* failed"):
+        mvn(tloc, covariance_matrix=-tcov[0], validate_args=False)
+    assert handed_over == []
 
     # recorded: the checks on the views, the factor by PyTorch (a gradient through it)
     handed_over.clear()
@@ -884,12 +891,19 @@ def test_cuda_distribution_runs_on_cupy(cuda, dtype, cupy_hand_overs):
         _cuda_same(ours.prob(value[:10]), ref.prob(cp.from_dlpack(value[:10])), device)
         _cuda_same(ours.scale_tril, ref.scale_tril, device)
         assert cupy_hand_overs == [0, 0, 0]
-    bad = value.clone()
-    bad[5, 3] = float("nan")
-    with pytest.raises(ValueError, match=r"`value` must be finite, got shape \(3000, 40\)"):
-        ours.log_prob(bad)
-    with pytest.raises(ValueError, match="`scale_tril` must be lower triangular"):
-        mvn(loc, scale_tril=m + torch.triu(torch.ones_like(m), 1))
+        if d == 16 and name == "scale_tril":  # the fused kernels' checks
+            bad = value.clone()
+            bad[5, 3] = float("nan")
+            with pytest.raises(ValueError, match=r"`value` must be finite, got shape \(3000, 16\)"):
+                ours.log_prob(bad)
+            with pytest.raises(ValueError, match="`scale_tril` must be lower triangular"):
+                mvn(loc, scale_tril=m + torch.triu(torch.ones_like(m), 1))
+            with pytest.raises(TypeError, match="`value` must be an array of the distribution's"):
+                ours.log_prob(cp.from_dlpack(value))
+    # unchecked, a covariance that is not positive definite still fails to factor (PyTorch's
+    # factorization; CuPy's would give NaN)
+    with pytest.raises(ValueError, match=r"factorization of `covariance_matrix` .* failed"):
+        mvn(loc, covariance_matrix=-m @ m.T, validate_args=False)
 
 
 def test_cuda_side_stream(cuda):

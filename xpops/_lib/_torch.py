@@ -2,11 +2,12 @@
 `._dispatch.OWN_ENGINES` (or `._dispatch.CUDA_ENGINES`: CUDA tensors only).
 
 CPU tensors run the op's NumPy engine on NumPy views of their memory (``numpy.from_dlpack``),
-CUDA tensors the op's CuPy engine on CuPy views (``cupy.from_dlpack``), and the result comes
-back by DLPack: nothing is copied either way. On CUDA the engine runs on the tensors' device
-with PyTorch's current stream of that device as CuPy's current stream, so its kernels queue
-behind the work that produced the tensors and ahead of the work that uses the result, as a
-PyTorch op's would: no stream waits on another, nothing synchronizes the host.
+CUDA tensors the op's CuPy engine on CuPy views (wrapped directly, or by ``cupy.from_dlpack``
+for dtypes NumPy lacks), and the result comes back by DLPack: nothing is copied either way.
+On CUDA the engine runs on the tensors' device with PyTorch's current stream of that device
+as CuPy's current stream, so its kernels queue behind the work that produced the tensors and
+ahead of the work that uses the result, as a PyTorch op's would: no stream waits on another,
+nothing synchronizes the host.
 
 The op's generic engine takes what ours cannot: dtypes other than float32, float64,
 complex64 and complex128 (the contracts cast to one of them first), zero-size tensors,
@@ -154,9 +155,10 @@ def engine_for(values: Iterable[Any]) -> tuple[str, int]:
 def on_device(engines: Any, device: Any, *args: Any, **kwargs: Any) -> Any:
     """The NumPy engine of `engines` (an `Engines` table) for a CPU `device`, its CuPy engine
     for a CUDA device that CuPy sees, run on `args` and `kwargs` with their tensors handed
-    over by DLPack as in `bridge`, whatever their dtype (one that NumPy has) and size: for an
-    op whose tensors are the parts of a tensor that `bridge` does not take (the index and
-    value arrays of a sparse tensor). NotImplementedError for any other device."""
+    over as in `bridge`, whatever their dtype (one that NumPy has) and size: for an op whose
+    tensors are the parts of a tensor that `bridge` does not take (the index and value arrays
+    of a sparse tensor), and for fast paths whose tensors a guard has already checked
+    (`._dispatch.torch_fast_arrays`). NotImplementedError for any other device."""
     check_device(device)
     if device.type == "cpu":
         return opaque(_on_numpy)(engines["numpy"], args, kwargs)

@@ -109,9 +109,11 @@ class MultivariateNormal(CdfMethods, Properties):
 
     On CuPy, ``log_prob``/``prob`` and ``sample``/``rsample`` run fused kernels for
     D <= 32 (float32, float64): one pass over the points, the normals drawn in the kernel.
-    PyTorch's CUDA tensors (where CuPy is installed) are checked and factored, and their
-    ``log_prob``/``prob`` computed, by the CuPy engine on the tensors' memory, with no copy
-    and on PyTorch's current stream; draws stay with PyTorch's generators.
+    PyTorch's CUDA tensors (where CuPy is installed) are checked, and their ``log_prob`` and
+    ``prob`` computed, by the CuPy engine on the tensors' memory, with no copy and on
+    PyTorch's current stream; so is the factor, unless autograd records the parameters or
+    `validate_args` is False (then PyTorch's factorization, which raises for a matrix that is
+    not positive definite). Draws stay with PyTorch's generators.
     On NumPy, ``log_prob``/``prob`` of a distribution with no batch (D <= 64) read the points
     once, in chunks that stay in the cache: ``x - loc`` times ``L^-T`` (computed once), and
     the rows' sums of squares, with no temporary of the points' size.
@@ -466,6 +468,7 @@ def _batch_part(dist: MultivariateNormal, where: tuple[slice, ...]) -> Multivari
     xp, nb = dist._xp, len(dist._batch_shape)
     full = (*dist._batch_shape, dist._d)
     sub = copy.copy(dist)
+    vars(sub).pop("_mirror_of", None)  # the parent's CuPy mirror (and its caches) is not the part's
     sub._loc = xp.broadcast_to(dist._loc, full)[where]
     sub._tril = xp.broadcast_to(dist._tril, (*full, dist._d))[where]
     sub._batch_shape = tuple(s.stop - s.start for s in where)
@@ -525,14 +528,10 @@ def _engines(in_memory: Any, lazy: str, torch: Any = None) -> Engines:
     `_fused_kernels` finds them) and other libraries, the Dask engine's `lazy` for Dask arrays,
     and `torch` for PyTorch tensors (default: the in-memory code on the tensors)."""
     dask = functools.partial(_on_dask, lazy)
-    return Engines(
-        __package__,
-        numpy=in_memory,
-        cupy=in_memory,
-        dask=dask,
-        generic=in_memory,
-        torch=in_memory if torch is None else torch,
-    )
+    engines = {"numpy": in_memory, "cupy": in_memory, "dask": dask, "generic": in_memory}
+    if torch is not None:  # else the generic engine serves tensors, as for other namespaces
+        engines["torch"] = torch
+    return Engines(__package__, **engines)
 
 
 def _on_cuda_tensors(in_memory: Any) -> Any:
@@ -542,13 +541,14 @@ def _on_cuda_tensors(in_memory: Any) -> Any:
     PyTorch's current stream, its result coming back as tensors (`run_on_cupy`). The fused
     kernels then serve the call, checks of the values included, in one pass and one read
     where PyTorch's operations would take several of each. Otherwise `in_memory` runs on the
-    tensors."""
+    tensors, which also refuses an array of another library among the arguments (the mirror
+    would take a CuPy one)."""
 
     def engine(dist: MultivariateNormal, *args: Any) -> Any:
         kind, index = engine_for((dist._loc, *args))
-        if kind != "cupy":
-            return in_memory(dist, *args)
         tensor = sys.modules["torch"].Tensor
+        if kind != "cupy" or any(is_array(a) and not isinstance(a, tensor) for a in args):
+            return in_memory(dist, *args)
 
         def run(view: Any) -> Any:
             viewed = (view(a) if isinstance(a, tensor) else a for a in args)
@@ -566,9 +566,11 @@ def _parameters_of_tensors(
     their CuPy views (the fused kernel's one pass and one read for a ``scale_tril``), and so
     does the factor, unless PyTorch's autograd records the parameters: then PyTorch's
     operations make the factor, so that what is computed from it (``scale_tril``,
-    ``covariance_matrix``, ...) carries their gradients."""
+    ``covariance_matrix``, ...) carries their gradients. Without checks (`validate_args`
+    False) a covariance or precision is factored by PyTorch, whose factorization raises for a
+    matrix that is not positive definite where CuPy's returns NaN."""
     kind, index = engine_for((loc, matrix))
-    if kind != "cupy":
+    if kind != "cupy" or (not dist._validate and name != "scale_tril"):
         return dist._parameters(name, loc, matrix)
     mapped = functools.partial(dist._mapped, given=False)
     if not _autograd.recording(loc, matrix):

@@ -88,7 +88,9 @@ class State:
         computes with the same arrays: a distribution of CUDA tensors is viewed once, and the
         caches of its CuPy mirror (the fused kernels' layout, ``L^-T``) serve every later
         call. The views hold the tensors they view, which this distribution holds anyway; a
-        copy whose arrays are replaced (a Dask chunk's part of the batch) makes its own."""
+        copy whose arrays are replaced (a Dask chunk's part of the batch) makes its own. The
+        caches are made on the stream of the first call: calls on other streams are ordered
+        after it by the caller, as for any array the distribution holds."""
         held = vars(self).get("_mirror_of")
         if held is not None and held[0] is self._loc and held[1] is self._tril:
             mirror: Self = held[2]
