@@ -49,8 +49,8 @@ class TrilLayout(NamedTuple):
     size: int
 
 
-# Cached: a GPU call of a small triangle is all host time, of which computing the layout took
-# about 2 us of 11 (H200 host), a hit of the cache a tenth of that.
+# Cached: a GPU call of a small triangle is all host time, of which computing the layout is
+# about 2 us of 11 (H200 host), and a hit of the cache a tenth of that.
 @functools.lru_cache(maxsize=64)
 def tril_layout(row: int, col: int, offset: int) -> TrilLayout:
     """Return the layout of ``tril(row, col, offset)``; `row` and `col` are non-negative."""
