@@ -217,6 +217,42 @@ def test_numpy_leading_minus_inf_stays_on_the_fast_path(monkeypatch):
     assert not calls
 
 
+def test_numpy_exp_floor():
+    """`_exp` gives exactly 0 below the floor (-inf included), +inf as ``exp`` does, and
+    ``exp`` elsewhere, from float32 or float64 exponents; blocks with nothing below the floor,
+    or with a NaN, take the plain ``exp``."""
+    e = numpy_engine()
+    pool = [-inf, -1000.0, -745.5, -700.5, -700.0, -699.5, -20.0, 0.0, 3.0, 700.0, inf]
+    for dtype in (np.float64, np.float32):
+        for values, floored in ((pool, True), (pool[4:], False), ([*pool, nan], False)):
+            arg = np.tile(np.array(values, dtype=dtype), 50)
+            out = np.empty(arg.shape)
+            e._exp(arg, out, np.float64)
+            wide = arg.astype(np.float64)
+            with np.errstate(over="ignore", under="ignore"):
+                want = np.exp(wide)
+            if floored:
+                want[wide < e._EXP_FLOOR] = 0.0
+            np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((3000,), 0), ((300, 40), 0), ((40, 300), 1)])
+def test_numpy_terms_far_below_the_others(small_blocks, shape, axis):
+    """Terms 690-760 below the others, -inf among them, and a lane made only of such terms:
+    the scans of the reference (the terms below e**-700 of a block's reference count as 0 on
+    the fast path; a prefix made of them alone is redone exactly)."""
+    rng = np.random.default_rng(25)
+    x = rng.normal(0, 3, shape)
+    far = rng.random(shape) < 0.5
+    x[far] -= rng.uniform(690, 760, int(far.sum()))
+    x[rng.random(shape) < 0.2] = -inf
+    lanes = np.moveaxis(x, axis, -1)
+    lanes[(0,) * (x.ndim - 1)][: shape[axis] // 2] = rng.uniform(-760, -690, shape[axis] // 2)
+    for exclusive, reverse in itertools.product([False, True], repeat=2):
+        got = xpops.logcumsumexp(x, axis=axis, exclusive=exclusive, reverse=reverse)
+        assert_scan_close(got, reference(x, axis, exclusive, reverse), 1e-10)
+
+
 # ---- properties -----------------------------------------------------------------------------
 
 

@@ -68,6 +68,7 @@ _RENORM_LO = 2.0**-300  # keep the scaled carry c within [_RENORM_LO, _RENORM_HI
 _RENORM_HI = 2.0**300
 _REF_SPAN = 256.0  # a lane starts with reference 0 when its first element is within this of 0
 _FINITE_MAX = np.finfo(np.float64).max
+_EXP_FLOOR = -700.0  # `_exp`: exponents below give 0 (e**-700 is a normal float64)
 _THREAD_MIN = 1 << 18  # from this many elements the helper thread takes part of the work
 _SPLIT_FIRST = 0.65  # one long lane: the share of it (in scan order) the calling thread scans
 
@@ -150,13 +151,32 @@ class _State:
 # ---- exact scans (slow path) ------------------------------------------------------------
 
 
+def _exp(arg: np.ndarray, out: np.ndarray, wide: type) -> None:
+    """``out = exp(arg)`` in the wide dtype, real exponents below `_EXP_FLOOR` (-inf included)
+    giving exactly 0, by a floor and a mask where the block holds any: NumPy's ``exp`` leaves
+    its vector loop for them (2**17 float64 exponents on the 2-core Zen 4 VM, NumPy 2.4:
+    0.13 ms, 1.2 ms with half of them -inf, 3 ms with half near -1000; floored and masked
+    0.4 ms). The sums lose nothing they keep: a prefix of the fast path is at least `_LO`
+    (below, it is redone exactly), so it holds a term of at least ``_LO / 2**17``, near
+    ``e**-636``, and the terms below ``e**-700`` change it by less than a part in 1e22."""
+    # min of a NaN block is NaN: the plain exp, whose NaN results are right
+    if wide is np.complex128 or not arg.min(initial=0.0) < _EXP_FLOOR:
+        np.exp(arg, out=out, dtype=wide)
+        return
+    keep = arg >= _EXP_FLOOR  # False for -inf and NaN (NaN times 0 stays NaN)
+    np.maximum(arg, _EXP_FLOOR, out=out, dtype=wide)
+    np.exp(out, out=out)
+    np.multiply(out, keep, out=out)
+
+
 def _exp_shifted(src: np.ndarray, m: np.ndarray | None, out: np.ndarray, wide: type) -> None:
-    """``out = exp(src - m)`` in the wide dtype; ``exp(src)`` when `m` is None (all zero)."""
+    """``out = exp(src - m)`` in the wide dtype (`_exp`); ``exp(src)`` when `m` is None (all
+    zero)."""
     if m is None:
-        np.exp(src, out=out, dtype=wide)
+        _exp(src, out, wide)
     else:
         np.subtract(src, m, out=out)
-        np.exp(out, out=out)
+        _exp(out, out, wide)
 
 
 def _normalize_complex(z: np.ndarray) -> np.ndarray:
@@ -561,7 +581,7 @@ def _log_total(seg: np.ndarray) -> tuple[float, bool]:
     for j in range(0, seg.size, _BLOCK):
         b = buf[: min(_BLOCK, seg.size - j)]
         np.subtract(seg[j : j + _BLOCK], top, out=b, dtype=np.float64)
-        np.exp(b, out=b)
+        _exp(b, b, np.float64)  # terms below e**-700 of the largest (1) count as 0
         total += float(np.sum(b))
     if total == 1.0:
         return top, True
