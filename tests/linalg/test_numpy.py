@@ -38,18 +38,20 @@ def test_property_numpy_every_path(case, path):
 @pytest.mark.parametrize("k", [1, 3])
 def test_numpy_vectorized_paths_across_chunks(path, dtype_name, upper, k):
     """Chunks of a few factors over a batch of 11 (the last chunk short), junk in the unused
-    triangle."""
+    triangle; on the batch-last path each chunk's triangles gathered two factors at a time
+    (the last of a chunk alone)."""
     from xpops.linalg import _numpy as engine
 
     rng = np.random.default_rng(17)
     factor, a, _ = make_factor(rng, (11,), 6, dtype_name, upper)
     b = rng.standard_normal((11, 6, k)).astype(dtype_name)
-    saved = engine._PATH, engine._CHUNK_BYTES
+    saved = engine._PATH, engine._CHUNK_BYTES, engine._GATHER
     engine._PATH, engine._CHUNK_BYTES = path, 3 * 36 * factor.itemsize
+    engine._GATHER = 2
     try:
         got = xpops.linalg.cholesky_solve(b, factor, upper=upper)
     finally:
-        engine._PATH, engine._CHUNK_BYTES = saved
+        engine._PATH, engine._CHUNK_BYTES, engine._GATHER = saved
     assert_solution(got, reference(a, b), dtype_name)
 
 

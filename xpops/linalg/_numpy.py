@@ -36,13 +36,14 @@ factors); M=4 K=64 (K > M): 2.4 / 5.1. Rows against BLAS, 2000 factors: K=1 M=16
 M=24 5.5 / 8.4, M=32 10.0 / 10.1, M=48 22 / 19; K=16 M=16 11 / 9.0.
 
 Against the peers (``python -m xpops bench --ops cholesky_solve``, and both alternated in one
-process, same VM, on several days): (10000, 16, 16) K=1 runs at 0.7-1.3x the speed of
-``torch.cholesky_solve`` (the rows path 0.5-0.8x). PyTorch's C loop over LAPACK calls stays
-ahead on many tiny systems: the gather that makes the batch the last axis reads every stored
-entry of the 20 MB of factors once more, and each of the 2M steps is a NumPy call. Two threads
-over halves of the batch gained 25% (rows) and 15% (batch last) at best and were slower in
-other runs (the calls hold the GIL between their loops), so the batch is not split across
-threads. Reaching twice PyTorch's speed here needs compiled code.
+process, same VM, on several days): (10000, 16, 16) K=1 runs at 0.8-0.9x the speed of
+``torch.cholesky_solve`` in float64 and 0.9-1.2x in float32 (the rows path 0.5-0.8x).
+PyTorch's C loop over LAPACK calls stays ahead on many tiny systems: the gather that makes the
+batch the last axis reads every stored entry of the 20 MB of factors once more, and each of
+the 2M steps is a NumPy call. Two threads over halves of the batch gained 25% (rows) and 15%
+(batch last) at best and were slower in other runs (the calls hold the GIL between their
+loops), so the batch is not split across threads. Reaching twice PyTorch's speed here needs
+compiled code.
 """
 
 import functools
@@ -59,6 +60,10 @@ __all__ = ["cholesky_solve", "solve_triangular"]
 _SMALL_WORK = 2048  # vectorized substitution while M*M*(right-hand sides) <= this; BLAS above
 _CHUNK_BYTES = 1 << 20  # factors per vectorized chunk: about this many bytes of them
 _BATCH_LAST_MIN = 4096  # one right-hand side: batch-last substitution from this many factors
+# Batch last: factors whose stored triangle is gathered at a time, so that their rows stay in
+# the L2 cache while the gather picks each entry out of them (256 of (16, 16) float64: 512 KiB):
+# 10000 such factors in 4.4 against 10 ms gathered a whole chunk at a time, on the 2-core VM
+_GATHER = 256
 _PATH: str | None = None  # tests only: force "blas", "rows" or "batch_last"
 
 
@@ -215,8 +220,8 @@ def _batch_last_solve(
     """Solve in place in `work` (n, M, K), a chunk of factors at a time, with the batch made
     the last axis: each row of ``op(T)`` becomes a (row length, chunk) block, and every step is
     one dot product (``einsum``) whose inner loop runs along the chunk, not along a short row.
-    The stored triangle is gathered once a chunk (nothing else of the factors is read), and
-    reordered by rows for a step that reads it transposed."""
+    The stored triangle is gathered once a chunk, `_GATHER` factors at a time (nothing else of
+    the factors is read), and reordered by rows for a step that reads it transposed."""
     n, m, k = work.shape
     complex_ = np.iscomplexobj(work)
     chunk = max(1, _CHUNK_BYTES // max(1, m * (m + 1) // 2 * factors.itemsize))
@@ -230,7 +235,9 @@ def _batch_last_solve(
         for s in range(0, n, chunk):
             t = factors[s : s + chunk].reshape(-1, m * m)
             c = t.shape[0]
-            packed = t.T[first]  # (entries, c), C-contiguous
+            packed = np.empty((first.size, c), dtype=t.dtype)  # (entries, c)
+            for g in range(0, c, _GATHER):
+                packed[:, g : g + _GATHER] = t[g : g + _GATHER].T[first]
             y = np.ascontiguousarray(work[s : s + chunk].transpose(1, 2, 0))  # (M, K, c)
             if k == 1:
                 y = y.reshape(m, c)
