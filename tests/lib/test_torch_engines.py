@@ -21,6 +21,7 @@ import xpops
 from xpops._lib import _torch
 from xpops._lib._dispatch import torch_fast_arrays
 from xpops.distributions import _mvn as mvn_module
+from xpops.distributions import _torch as mvn_torch
 from xpops.linalg import _torch as linalg_torch
 
 torch = pytest.importorskip("torch")
@@ -479,7 +480,7 @@ def handed_over(fake_cupy, monkeypatch):
         return ("cupy", 3) if kind == "numpy" else (kind, index)
 
     monkeypatch.setattr(autograd, "engine_for", as_cuda)
-    monkeypatch.setattr(mvn_module, "engine_for", as_cuda)  # the distributions' torch engines
+    monkeypatch.setattr(mvn_torch, "engine_for", as_cuda)  # the distributions' torch engines
     sys.modules["cupy"].random = types.SimpleNamespace(Generator=type("Generator", (), {}))
     monkeypatch.setattr(_torch, "_raw_stream_getter", lambda: lambda index: 0)
     monkeypatch.setattr(_torch, "_cupy_view", _torch._numpy_view)

@@ -4,7 +4,7 @@ Every method picks its engine by `dispatch` over a table of its own (the tables 
 class): the class's in-memory code for NumPy, CuPy and other namespaces, with the fused CuPy
 kernels (`_cupy`) where they take the distribution, and the Dask engine (`_dask`, imported on
 first use) for Dask parameters or a Dask value; for PyTorch's CUDA tensors, the constructor,
-log_prob and prob run the CuPy engine on their memory (`_on_cuda_tensors`). The Dask engine
+log_prob and prob run the CuPy engine on their memory (`_torch`). The Dask engine
 reads only the public properties of a distribution; what its chunks need of this module
 reaches it through `_on_dask`, the one hand-off. A call that PyTorch's autograd records
 (parameters or a value that require grad) goes instead to the array-level rules of `_vjp` and
@@ -18,7 +18,6 @@ import copy
 import functools
 import math
 import numbers
-import sys
 from typing import Any, NamedTuple
 
 from .._autodiff import _jax
@@ -26,7 +25,6 @@ from .._autodiff import _torch as _autograd
 from .._lib import _compat, _random
 from .._lib._compile import compiling, untraced
 from .._lib._dispatch import Engines, dispatch
-from .._lib._torch import engine_for, run_on_cupy
 from .._lib._typing import Array
 from .._lib._validation import as_bool
 from ..linalg._triangular import solve_triangular
@@ -34,22 +32,20 @@ from ._cdf_methods import CdfMethods, cdf_in_memory
 from ._common import (
     all_true,
     as_arrays,
-    bad_loc,
     bad_values,
     batch_of,
     check_real,
     float_dtype,
     is_array,
     parameter_batch,
-    raise_unless,
     result,
     same_device,
     sample_shape,
     shape_of,
 )
-from ._factor import check_factor, factor, matrix_checks, scale_tril_messages
 from ._kl import kl_divergence, normal_kl, register_kl
 from ._properties import Properties
+from ._torch import on_cuda_tensors, parameters_of_tensors
 
 __all__ = ["MultivariateNormal"]
 
@@ -246,38 +242,6 @@ class MultivariateNormal(CdfMethods, Properties):
     def _parameters(self, name: str, loc: Array, matrix: Array) -> tuple[Array, Array]:
         """(loc broadcast to the batch, the lower factor L with L L^T = covariance), checked."""
         return self._loc, self._factor(name, loc, matrix)
-
-    def _factor(self, name: str, loc: Array, matrix: Array, *, checked: bool = False) -> Array:
-        """The lower factor of `matrix` (parameter `name`), the parameters checked first where
-        `validate_args` asks and they were not `checked` already."""
-        xp = self._xp
-        if self._validate and not checked and self._check_parameters(name, loc, matrix):
-            # the fused kernel found it zero above the diagonal: a copy is its lower triangle
-            # (and the distribution's own, as `tril` would make it)
-            return matrix.copy()
-        tril = factor(xp, name, matrix, self._dtype, self._validate)
-        if self._validate and name != "scale_tril":
-            check_factor(xp, name, matrix, tril)
-        return tril
-
-    def _check_parameters(self, name: str, loc: Array, matrix: Array) -> bool:
-        """``ValueError`` for the first check that `loc` or `matrix` (parameter `name`) fails;
-        True where the fused CuPy kernel made the checks (of a ``scale_tril``), False where the
-        generic ones did (one read from the device for all of them)."""
-        xp = self._xp
-        fused = self._fused_kernels() if name == "scale_tril" else None
-        if fused is not None:  # the CuPy kernel of all the checks, one read
-            from ._cupy_checks import scale_tril_failures  # imports CuPy: only on the CuPy engine
-
-            failures = scale_tril_failures(loc, matrix)
-            messages = [bad_loc(shape_of(loc)), *scale_tril_messages(shape_of(matrix))]
-            for bit, message in enumerate(messages):
-                if failures >> bit & 1:
-                    raise ValueError(message)
-            return True
-        checks = [(xp.isfinite(loc), bad_loc(shape_of(loc)))]
-        raise_unless(xp, checks + matrix_checks(xp, name, matrix, self._dtype))
-        return False
 
     # ---- the fused CuPy kernels ----------------------------------------------------------
 
@@ -534,64 +498,15 @@ def _engines(in_memory: Any, lazy: str, torch: Any = None) -> Engines:
     return Engines(__package__, **engines)
 
 
-def _on_cuda_tensors(in_memory: Any) -> Any:
-    """A method's ``torch`` engine: for a distribution of CUDA tensors that CuPy takes (and
-    tensors among the arguments on the same device), `in_memory` runs on the distribution's
-    CuPy mirror (`State._mirror`: views of the same memory) and on views of those tensors, on
-    PyTorch's current stream, its result coming back as tensors (`run_on_cupy`). The fused
-    kernels then serve the call, checks of the values included, in one pass and one read
-    where PyTorch's operations would take several of each. Otherwise `in_memory` runs on the
-    tensors, which also refuses an array of another library among the arguments (the mirror
-    would take a CuPy one)."""
-
-    def engine(dist: MultivariateNormal, *args: Any) -> Any:
-        kind, index = engine_for((dist._loc, *args))
-        tensor = sys.modules["torch"].Tensor
-        if kind != "cupy" or any(is_array(a) and not isinstance(a, tensor) for a in args):
-            return in_memory(dist, *args)
-
-        def run(view: Any) -> Any:
-            viewed = (view(a) if isinstance(a, tensor) else a for a in args)
-            return in_memory(dist._mirror(view), *viewed)
-
-        return run_on_cupy(index, run)
-
-    return engine
-
-
-def _parameters_of_tensors(
-    dist: MultivariateNormal, name: str, loc: Array, matrix: Array
-) -> tuple[Array, Array]:
-    """The constructor's ``torch`` engine: for CUDA tensors that CuPy takes, the checks run on
-    their CuPy views (the fused kernel's one pass and one read for a ``scale_tril``), and so
-    does the factor, unless PyTorch's autograd records the parameters: then PyTorch's
-    operations make the factor, so that what is computed from it (``scale_tril``,
-    ``covariance_matrix``, ...) carries their gradients. Without checks (`validate_args`
-    False) a covariance or precision is factored by PyTorch, whose factorization raises for a
-    matrix that is not positive definite where CuPy's returns NaN."""
-    kind, index = engine_for((loc, matrix))
-    if kind != "cupy" or (not dist._validate and name != "scale_tril"):
-        return dist._parameters(name, loc, matrix)
-    mapped = functools.partial(dist._mapped, given=False)
-    if not _autograd.recording(loc, matrix):
-        tril = run_on_cupy(index, lambda view: mapped(view)._factor(name, view(loc), view(matrix)))
-        return dist._loc, tril
-    if dist._validate:
-        run_on_cupy(
-            index, lambda view: mapped(view)._check_parameters(name, view(loc), view(matrix))
-        )
-    return dist._loc, dist._factor(name, loc, matrix, checked=True)
-
-
 # every lazy call goes to the Dask engine, whatever the parameters' library (`chunks`)
 _DASK = Engines(
     __package__, numpy="._dask:run", cupy="._dask:run", dask="._dask:run", generic="._dask:run"
 )
-_PARAMETERS = _engines(MultivariateNormal._parameters, "parameters", _parameters_of_tensors)
+_PARAMETERS = _engines(MultivariateNormal._parameters, "parameters", parameters_of_tensors)
 _LOG_PROB = _engines(
-    MultivariateNormal._log_prob, "log_prob", _on_cuda_tensors(MultivariateNormal._log_prob)
+    MultivariateNormal._log_prob, "log_prob", on_cuda_tensors(MultivariateNormal._log_prob)
 )
-_PROB = _engines(MultivariateNormal._prob, "prob", _on_cuda_tensors(MultivariateNormal._prob))
+_PROB = _engines(MultivariateNormal._prob, "prob", on_cuda_tensors(MultivariateNormal._prob))
 _RSAMPLE = _engines(MultivariateNormal._rsample, "sample")
 MultivariateNormal._cdf_engines = _engines(cdf_in_memory, "cdf")
 # standard normals of `rsample` (the fused CuPy kernels draw their own)

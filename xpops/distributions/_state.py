@@ -1,7 +1,8 @@
 """The state of a MultivariateNormal and the helpers its methods share: pickling and copies,
-the namespace that serves a call, the cached forms of the factor, and the checks of the values
-given to the methods. A base class of it (through `_cdf_methods.CdfMethods`, whose methods use
-these helpers), so that the class's file holds the constructor and the methods.
+the parameters' checks and factor, the namespace that serves a call, the cached forms of the
+factor, and the checks of the values given to the methods. A base class of it (through
+`_cdf_methods.CdfMethods`, whose methods use these helpers), so that the class's file holds the
+constructor and the methods.
 """
 
 from collections.abc import Callable
@@ -14,14 +15,17 @@ from ..linalg._triangular import solve_triangular
 from ._common import (
     all_true,
     as_arrays,
+    bad_loc,
     bad_values,
     check_real,
     is_array,
     pack,
+    raise_unless,
     shape_of,
     unpack,
     value_batch,
 )
+from ._factor import check_factor, factor, matrix_checks, scale_tril_messages
 
 __all__ = ["State"]
 
@@ -39,6 +43,7 @@ class State:
     _dask: bool
     _linv_t: Array | None
     _args: tuple[Any, Any]  # loc and the matrix as given (as arrays): the gradients' primals
+    _fused_kernels: Callable[[], Any]  # the fused CuPy kernels where they take it (the class's)
 
     # ---- pickling and copies ----------------------------------------------------------------
 
@@ -98,6 +103,40 @@ class State:
         mirror = self._mapped(view, given=False)
         self._mirror_of = (self._loc, self._tril, mirror)
         return mirror
+
+    # ---- the parameters' checks and factor (the constructor's engines) -----------------------
+
+    def _factor(self, name: str, loc: Array, matrix: Array, *, checked: bool = False) -> Array:
+        """The lower factor of `matrix` (parameter `name`), the parameters checked first where
+        `validate_args` asks and they were not `checked` already."""
+        xp = self._xp
+        if self._validate and not checked and self._check_parameters(name, loc, matrix):
+            # the fused kernel found it zero above the diagonal: a copy is its lower triangle
+            # (and the distribution's own, as `tril` would make it)
+            return matrix.copy()
+        tril = factor(xp, name, matrix, self._dtype, self._validate)
+        if self._validate and name != "scale_tril":
+            check_factor(xp, name, matrix, tril)
+        return tril
+
+    def _check_parameters(self, name: str, loc: Array, matrix: Array) -> bool:
+        """``ValueError`` for the first check that `loc` or `matrix` (parameter `name`) fails;
+        True where the fused CuPy kernel made the checks (of a ``scale_tril``), False where the
+        generic ones did (one read from the device for all of them)."""
+        xp = self._xp
+        fused = self._fused_kernels() if name == "scale_tril" else None
+        if fused is not None:  # the CuPy kernel of all the checks, one read
+            from ._cupy_checks import scale_tril_failures  # imports CuPy: only on the CuPy engine
+
+            failures = scale_tril_failures(loc, matrix)
+            messages = [bad_loc(shape_of(loc)), *scale_tril_messages(shape_of(matrix))]
+            for bit, message in enumerate(messages):
+                if failures >> bit & 1:
+                    raise ValueError(message)
+            return True
+        checks = [(xp.isfinite(loc), bad_loc(shape_of(loc)))]
+        raise_unless(xp, checks + matrix_checks(xp, name, matrix, self._dtype))
+        return False
 
     # ---- helpers of the methods -------------------------------------------------------------
 
