@@ -1,5 +1,6 @@
-"""xpops._lib._cuda: C type names, grid sizing, the SM count, the packed argument slots and the
-raw driver launch (FastKernel). The module imports CuPy, so all of it needs a CUDA device."""
+"""xpops._lib._cuda: C type names, grid sizing, the SM count, the packed argument slots, the
+raw driver launch (FastKernel) and the pinned read of one element (read_int). The module
+imports CuPy, so all of it needs a CUDA device."""
 
 import ctypes
 import itertools
@@ -249,3 +250,61 @@ def test_scratch_of_nothing(cupy_only):
     owner, addresses = _cuda.scratch()
     assert addresses == []
     assert owner.nbytes >= 1
+
+
+# ---- read_int -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64"])
+def test_read_int_reads_each_element(cupy_only, dtype):
+    info = np.iinfo(dtype)
+    host = np.array([info.min, info.max, 0, 1, info.max - 1, 7], dtype=dtype)
+    a = cupy_only.asarray(host)
+    for index in range(-host.size, host.size):
+        got = _cuda.read_int(a, index)
+        assert type(got) is int
+        assert got == int(host[index])
+
+
+def test_read_int_waits_for_the_current_stream(cupy_only, affine):
+    """The copy is queued on the current stream after the kernel that writes the element."""
+    cp = cupy_only
+    n = 1 << 20
+    out = cp.full(n, -1, dtype=cp.int64)
+    kernel = _cuda.FastKernel(affine, "pqiq")
+    stream = cp.cuda.Stream(non_blocking=True)
+    stream.wait_event(cp.cuda.get_current_stream().record())
+    with stream:
+        for k in range(1, 6):
+            kernel(_cuda.grid_1d(n, 256), 256, (out.data.ptr, k, 2, n))
+            assert _cuda.read_int(out, -1) == k * (n - 1) + 2
+
+
+def test_read_int_in_threads(cupy_only):
+    """Each thread reads through its own pinned buffer."""
+    cp = cupy_only
+    arrays = [cp.arange(1000, dtype=cp.int64) * k for k in range(8)]
+    results: dict[int, list[int]] = {}
+
+    def read(k):
+        results[k] = [_cuda.read_int(arrays[k], i) for i in range(0, 1000, 7)]
+
+    threads = [threading.Thread(target=read, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for k in range(8):
+        assert results[k] == [k * i for i in range(0, 1000, 7)]
+
+
+@pytest.mark.parametrize("case", ["float", "strided", "past-the-end"])
+def test_read_int_refuses(cupy_only, case):
+    cp = cupy_only
+    if case == "past-the-end":
+        with pytest.raises(IndexError):
+            _cuda.read_int(cp.arange(4), 4)
+        return
+    a = cp.arange(10.0) if case == "float" else cp.arange(10)[::2]
+    with pytest.raises(ValueError, match="read_int reads C-contiguous arrays of integers"):
+        _cuda.read_int(a, 0)

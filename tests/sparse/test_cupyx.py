@@ -274,3 +274,124 @@ def test_large_csc_matches_the_host_on_gpu(cupy_only):
     np.testing.assert_array_equal(lib.host(got.indptr), want.indptr)
     np.testing.assert_array_equal(lib.host(got.indices), want.indices)
     np.testing.assert_array_equal(lib.host(got.data), want.data)
+
+
+# ---- small operands: the one-block kernel against the tiled pipeline ---------------------------
+
+# Operands of both paths: (rows, ncols, entries of x, entries of y, pattern). The small
+# kernels take rows <= SMALL_ROWS and nx + ny <= SMALL_ENTRIES (threads of SMALL_ITEMS
+# entries of the merged sequence, blocks of SMALL_BLOCK threads: counts around multiples of
+# both, fewer entries than one thread takes, every entry in one row, empty rows first and
+# last, the limits themselves).
+SMALL_CASES = {
+    "one-each": (1, 5, 1, 1, "random"),
+    "fewer-than-a-thread": (4, 4, 3, 4, "random"),
+    "x-only": (3, 7, 4, 0, "random"),
+    "fewer-than-threads": (40, 50, 300, 400, "random"),
+    "block-multiples": (1000, 1000, 1024, 3072, "random"),
+    "past-a-block": (500, 500, 1025, 1024, "random"),
+    "one-row": (1, 100_000, 30_000, 30_000, "random"),
+    "identical": (257, 300, 5000, 5000, "identical"),
+    "disjoint": (256, 400, 4000, 4000, "disjoint"),
+    "empty-ends": (2047, 500, 2000, 2000, "middle"),
+    "at-the-limit": (2047, 3000, 32768, 32768, "random"),
+    "past-the-limit": (2047, 3000, 32769, 32768, "random"),
+}
+
+
+def _small_operands(rng, rows, ncols, nx, ny, pattern):
+    """Canonical host entries of x and y with nx and ny entries (or fewer: collisions)."""
+
+    def keys(n, lo=0, hi=rows * ncols):
+        return np.sort(rng.choice(hi - lo, n, replace=False) + lo).astype(np.int64)
+
+    if pattern == "identical":
+        kx = ky = keys(nx)
+    elif pattern == "disjoint":  # x on even keys, y on odd ones
+        kx, ky = 2 * (keys(nx) // 2), 2 * (keys(ny) // 2) + 1
+        kx, ky = np.unique(kx), np.unique(ky[ky < rows * ncols])
+    elif pattern == "middle":  # the first and last tenth of the rows empty
+        lo, hi = rows // 10 * ncols, (rows - rows // 10) * ncols
+        kx, ky = keys(nx, lo, hi), keys(ny, lo, hi)
+    else:
+        kx, ky = keys(nx), keys(ny)
+
+    def entries(k):
+        vals = rng.integers(1, 9, k.size) * rng.choice([-1.0, 1.0], k.size) / 4
+        special = rng.random(k.size)
+        vals[special < 0.02] = 0.0
+        vals[(special >= 0.02) & (special < 0.03)] = -0.0
+        vals[(special >= 0.03) & (special < 0.035)] = np.nan
+        vals[(special >= 0.035) & (special < 0.04)] = -np.inf
+        return Entries(vals, (k // ncols, k % ncols))
+
+    return entries(kx), entries(ky)
+
+
+@pytest.fixture(params=["merge-path", "tiles"])
+def union_path(request, monkeypatch):
+    """The union of small operands by the small kernels (the default), or by the tiles."""
+    from xpops.sparse import _cupyx as engine
+
+    if request.param == "tiles":
+        monkeypatch.setattr(engine, "SMALL_ENTRIES", -1)
+    return request.param
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("case", list(SMALL_CASES))
+def test_small_operands_on_gpu(cupy_only, case, dtype, union_path):
+    lib = Lib("cupy")
+    rows, ncols, nx, ny, pattern = SMALL_CASES[case]
+    rng = np.random.default_rng(16)
+    x, y = _small_operands(rng, rows, ncols, nx, ny, pattern)
+    if dtype.startswith("complex"):
+        x.data = x.data + 1j * rng.integers(-3, 4, x.data.size)
+        y.data = y.data - 1j * rng.integers(1, 4, y.data.size)
+    shape = (rows, ncols)
+    xs, ys = build(lib, "csr", x, shape, dtype=dtype), build(lib, "csr", y, shape, dtype=dtype)
+    xs.has_canonical_format = ys.has_canonical_format = True
+    _poison_pool(cupy_only, 64 * (x.data.size + y.data.size) + 16 * rows)
+    out = xpops.sparse.divide(xs, ys)
+    mask, want = reference(x, dtype, y, dtype, shape)
+    assert_result(lib, out, xs, mask, want, dtype)
+
+
+@pytest.mark.parametrize("index", ["int32", "int64"])
+def test_small_operands_of_wide_indices_on_gpu(cupy_only, index, union_path):
+    """The arrays of PyTorch's tensors (`divide_csr`): int64 indices where a column index
+    does not fit int32, against the quotient on the union computed on the host."""
+    from xpops.sparse import _cupyx as engine
+
+    cupy = cupy_only
+    rng = np.random.default_rng(17)
+    rows, ncols = 300, 2**33 if index == "int64" else 10**6
+    parts = []
+    for n in (3000, 2000):
+        keys = np.unique(rng.integers(0, rows * ncols, n))
+        keys[: n // 10] = keys[: n // 10] // ncols * ncols + ncols - 1  # the last column
+        keys = np.unique(keys)
+        rows_of = keys // ncols
+        ptr = np.concatenate([[0], np.cumsum(np.bincount(rows_of, minlength=rows))])
+        parts.append((keys, ptr, keys % ncols, rng.standard_normal(keys.size)))
+    (kx, px, cx, vx), (ky, py, cy, vy) = parts
+    ky[:100] = kx[:100]  # shared positions, then re-sorted with y's arrays
+    ky, order = np.unique(ky, return_index=True)
+    vy = vy[order]
+    py = np.concatenate([[0], np.cumsum(np.bincount(ky // ncols, minlength=rows))])
+    cy = ky % ncols
+    dev = [cupy.asarray(a, dtype=np.int64) for a in (px, cx, py, cy)]
+    indptr, indices, data = engine.divide_csr(
+        dev[0], dev[1], cupy.asarray(vx), dev[2], dev[3], cupy.asarray(vy), ncols, np.float64
+    )
+    assert indices.dtype == np.dtype(index)
+    union = np.union1d(kx, ky)
+    want_indptr = np.searchsorted(union // ncols, np.arange(rows + 1))
+    np.testing.assert_array_equal(indptr.get(), want_indptr)
+    np.testing.assert_array_equal(indices.get(), union % ncols)
+    xv = np.zeros(union.size)
+    yv = np.zeros(union.size)
+    xv[np.searchsorted(union, kx)] = vx
+    yv[np.searchsorted(union, ky)] = vy
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(data.get(), xv / yv)

@@ -22,6 +22,7 @@ __all__ = [
     "c_type",
     "grid_1d",
     "multiprocessors",
+    "read_int",
     "scratch",
 ]
 
@@ -76,6 +77,47 @@ def scratch(*sizes: int) -> tuple[cupy.ndarray, list[int]]:
     owner = cupy.empty(max(total, 1), dtype=np.uint8)
     base = owner.data.ptr
     return owner, [base + offset for offset in offsets]
+
+
+# Each thread's pinned host buffer of `read_int`: (the memory, its address).
+_PINNED = threading.local()
+# The ctypes integer of each NumPy integer dtype (kind, itemsize) that `read_int` reads.
+_C_INTS = {
+    ("i", 1): ctypes.c_int8,
+    ("i", 2): ctypes.c_int16,
+    ("i", 4): ctypes.c_int32,
+    ("i", 8): ctypes.c_int64,
+    ("u", 1): ctypes.c_uint8,
+    ("u", 2): ctypes.c_uint16,
+    ("u", 4): ctypes.c_uint32,
+    ("u", 8): ctypes.c_uint64,
+}
+
+
+def read_int(a: cupy.ndarray, index: int) -> int:
+    """Element `index` of a C-contiguous integer device array `a`, read back by an
+    asynchronous copy on the current stream into pinned host memory, then a wait for that
+    stream.
+
+    ``int(a[index])`` makes a view and copies through pageable memory: 15 us on an H200 host
+    against 7.5 for this, on an idle device. Each thread copies into its own 8 bytes, so that
+    threads never share the buffer.
+    """
+    c_int = _C_INTS.get((a.dtype.kind, a.itemsize))
+    if c_int is None or not a.flags.c_contiguous:
+        msg = f"read_int reads C-contiguous arrays of integers of at most 8 bytes, got {a!r}"
+        raise ValueError(msg)
+    pinned = getattr(_PINNED, "buffer", None)
+    if pinned is None:
+        memory = cupy.cuda.alloc_pinned_memory(8)
+        pinned = _PINNED.buffer = (memory, memory.ptr)
+    index = range(a.size)[index]  # negative indices from the end; IndexError past it
+    stream = cupy.cuda.get_current_stream()
+    runtime = cupy.cuda.runtime
+    src = a.data.ptr + index * a.itemsize
+    runtime.memcpyAsync(pinned[1], src, a.itemsize, runtime.memcpyDeviceToHost, stream.ptr)
+    stream.synchronize()
+    return int(c_int.from_address(pinned[1]).value)
 
 
 # The per-thread argument buffer: MAX_ARGS 64-bit slots and the table of their addresses that

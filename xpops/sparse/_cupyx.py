@@ -14,7 +14,9 @@ canonical (COO, unsorted or repeated positions) are sorted and summed first by t
 divided by six kernels (see `_cupyx_kernels`) with one host synchronisation, to size the
 result: 0.35 ms a call on an H100 for two 10^5 x 10^5 float32 operands of 10^7 uniformly
 placed entries (the first kernel starts about 45 us after the call), where cuSPARSE's
-``csrgeam`` (cupyx's ``x + y``) takes 4.7 ms.
+``csrgeam`` (cupyx's ``x + y``) takes 4.7 ms. Small operands (`_cupyx_small`: at most 2047
+rows and 2^16 entries in all) are merged by two kernels instead, whose call is bound by the
+host's launches and that synchronisation.
 """
 
 import math
@@ -24,13 +26,14 @@ import cupy
 import cupyx.scipy.sparse as csp
 import numpy as np
 
-from .._lib._cuda import grid_1d, multiprocessors, scratch
+from .._lib._cuda import grid_1d, multiprocessors, read_int, scratch
 from .._lib._dtypes import INT32_MAX, dtype_name
 from ._common import quotient_dtype
 from ._cupyx_coo import coo_kernels
 from ._cupyx_fill import fill_kernels
 from ._cupyx_kernels import BLOCKS_PER_SM, CHUNK, ITEMS, RUN, THREADS
 from ._cupyx_match import match_kernels
+from ._cupyx_small import SMALL_BLOCK, SMALL_ENTRIES, SMALL_ITEMS, SMALL_ROWS, small_kernels
 from ._host import index_dtype
 from ._views import compressed
 
@@ -143,10 +146,31 @@ def _union(xc: Any, yc: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
     )
     rows = xc.shape[0]
     nx, ny = int(xidx.size), int(yidx.size)
-    match, fill = match_kernels(index), fill_kernels(dtype, index)
-
     if nx == 0:  # the pattern of y, 0 / y
         return _values(None, 0, yc.data, 1, 0, ny, dtype), yidx.copy(), yptr.copy()
+    p_xptr, p_xidx, p_yptr, p_yidx = (a.data.ptr for a in (xptr, xidx, yptr, yidx))
+    p_xdat, p_ydat = xc.data.data.ptr, yc.data.data.ptr
+    # The result is written into buffers of the largest possible size, nx + ny, so that every
+    # kernel is queued before the one host synchronisation: sized exactly after it, the GPU
+    # would idle while the host allocates them and launches the last kernels.
+    indptr = cupy.empty(rows + 1, dtype=index)
+    indices = cupy.empty(nx + ny, dtype=index)
+    data = cupy.empty(nx + ny, dtype=dtype)
+    p_indptr, p_indices, p_data = indptr.data.ptr, indices.data.ptr, data.data.ptr
+    if rows <= SMALL_ROWS and nx + ny <= SMALL_ENTRIES:  # two launches instead of six
+        small = small_kernels(dtype, index)
+        blocks = -(-(nx + ny) // (SMALL_ITEMS * SMALL_BLOCK))
+        threads = blocks * SMALL_BLOCK
+        # each thread's count and start (int64), held until both kernels are queued
+        temporary = cupy.cuda.alloc(2 * 8 * threads)
+        counts, starts = temporary.ptr, temporary.ptr + 8 * threads
+        args: tuple[int, ...] = (p_xptr, p_xidx, p_yptr, p_yidx, rows, nx, ny, counts, starts)
+        small["count"](blocks, SMALL_BLOCK, args)
+        args = (p_xptr, p_xidx, p_xdat, p_yptr, p_yidx, p_ydat, rows, nx, ny, counts, starts)
+        small["write"](blocks, SMALL_BLOCK, (*args, p_indptr, p_indices, p_data))
+        del temporary
+        return _cut(data, indices, indptr)
+    match, fill = match_kernels(index), fill_kernels(dtype, index)
     tiles = -(-nx // (32 * ITEMS))
     chunks = -(-tiles // (4 * THREADS))  # blocks of `scan`
     # chunks `fill` queues at most: one a run longer than RUN, plus one a CHUNK of y's entries
@@ -160,30 +184,28 @@ def _union(xc: Any, yc: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
     owner, buffers = scratch(*sizes, (tiles + 1) * i, queued_most * 3 * 8)
     first, last, status, tickets, lb, bits, counts, prefix, queue = buffers
     queued = tickets + 8
-    p_xptr, p_xidx, p_yptr, p_yidx = (a.data.ptr for a in (xptr, xidx, yptr, yidx))
     # tile_rows also clears the flags and both counters
-    args: tuple[int, ...] = (p_xptr, rows, nx, first, last, status, tickets)
+    args = (p_xptr, rows, nx, first, last, status, tickets)
     match["tile_rows"](-(-max(rows, chunks) // THREADS), THREADS, args)
     args = (p_xptr, p_xidx, p_yptr, p_yidx, first, last, nx, lb, bits, counts)
     match["match"](_blocks(32 * tiles), THREADS, args)
     match["scan"](chunks, THREADS, (counts, tiles, prefix, tickets, status))
-    indptr = cupy.empty(rows + 1, dtype=index)
-    args = (p_xptr, p_yptr, bits, prefix, rows, nx, indptr.data.ptr)
+    args = (p_xptr, p_yptr, bits, prefix, rows, nx, p_indptr)
     match["indptr"](-(-(rows + 1) // THREADS), THREADS, args)
-    # The result is written into buffers of the largest possible size, nx + ny, so that every
-    # kernel is queued before the one host synchronisation: sized exactly after it, the GPU
-    # would idle while the host allocates them and launches the last two kernels.
-    indices = cupy.empty(nx + ny, dtype=index)
-    data = cupy.empty(nx + ny, dtype=dtype)
-    p_xdat, p_ydat, p_indices, p_data = (a.data.ptr for a in (xc.data, yc.data, indices, data))
     args = (p_xidx, p_xdat, p_yidx, p_ydat, lb, bits, prefix, nx, ny, SLOTS_CAP)
     args += (p_indices, p_data, queued, queue)
     fill["fill"](_blocks(32 * tiles), THREADS, args)
     args = (p_yidx, p_ydat, queued, queue, p_indices, p_data)
     fill["runs"](_blocks(32 * queued_most), THREADS, args)  # a warp a chunk
     del owner  # every kernel using the temporaries is queued (the pool reuses in stream order)
-    nnz = int(indptr[-1])  # the one host synchronisation: the size of the union
-    if nnz < (nx + ny) // 2:  # do not keep more than twice the memory the result needs
+    return _cut(data, indices, indptr)
+
+
+def _cut(data: Any, indices: Any, indptr: Any) -> tuple[Any, Any, Any]:
+    """(data, indices, indptr) of the union, its values and indices cut from the buffers of
+    nx + ny entries they were written into: the one host synchronisation."""
+    nnz = read_int(indptr, -1)  # the size of the union
+    if nnz < data.size // 2:  # do not keep more than twice the memory the result needs
         return data[:nnz].copy(), indices[:nnz].copy(), indptr
     return data[:nnz], indices[:nnz], indptr
 

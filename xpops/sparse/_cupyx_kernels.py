@@ -38,7 +38,8 @@ to 4, on index arrays only: built per index dtype) and `_cupyx_fill` (step 5, th
 and the two helpers: built per value and index dtype). This module holds what both share: the
 launch constants, the tiling macros, NumPy's quotient and the compile options. A third
 module, `_cupyx_coo`, converts PyTorch's COO coordinates to and from CSR arrays around them,
-and a fourth, `_cupyx_grad`, holds the backward's kernel.
+a fourth, `_cupyx_grad`, holds the backward's kernel, and a fifth, `_cupyx_small`, the two
+kernels that take the union of small operands in place of steps 1 to 5.
 """
 
 from typing import Any

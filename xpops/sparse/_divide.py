@@ -133,8 +133,9 @@ def divide(x: ArrayT, y: Any, /) -> ArrayT:
     operands that both need converting, such as COO, converted on the two threads). cupyx's
     operands and PyTorch's CUDA tensors (by DLPack, on PyTorch's current stream) go to CUDA
     kernels in two passes over tiles of `x`: binary searches in `y`'s staged rows, then a
-    streaming write of each tile's stretch of the result; one host synchronisation to size
-    the result, plus sorting and summing first for operands that are not canonical. The
+    streaming write of each tile's stretch of the result (small operands: two kernels along
+    a merge path of both operands' entries); one host synchronisation to size the result,
+    plus sorting and summing first for operands that are not canonical. The
     result never holds more than the two operands' entries; nothing of the dense size is
     allocated. Dask arrays whose chunks are sparse operands of SciPy, cupyx or pydata,
     chunked alike, are divided chunk by chunk, lazily (a scalar `y`, or a Dask `y` of dense
