@@ -31,7 +31,7 @@ import cupy
 import numpy as np
 
 from .._lib import _random
-from .._lib._cuda import C_TYPES, FastKernel, grid_1d
+from .._lib._cuda import C_TYPES, FastKernel, grid_1d, read_int
 from .._lib._dtypes import dtype_name
 from ._common import bad_values, batch_of
 
@@ -424,7 +424,7 @@ def log_prob_of(
     if not flat.flags.c_contiguous:
         flat = flat.copy()
     out, flag = log_prob(flat, loc, tril, half, check=check)
-    if flag is not None and int(flag):
+    if flag is not None and read_int(flag, 0):
         raise ValueError(bad_values("value", vs, False))
     return out.reshape(out_batch)
 

@@ -6,7 +6,7 @@ failure bits, and one read returns them."""
 import cupy
 import numpy as np
 
-from .._lib._cuda import C_TYPES, FastKernel, grid_1d
+from .._lib._cuda import C_TYPES, FastKernel, grid_1d, read_int
 from .._lib._dtypes import dtype_name
 
 __all__ = ["scale_tril_failures"]
@@ -57,4 +57,4 @@ def scale_tril_failures(loc: cupy.ndarray, tril: cupy.ndarray) -> int:
     failures = cupy.zeros((), dtype=np.uint32)
     args = (tril.data.ptr, loc.data.ptr, tril.size, tril.shape[-1], size, failures.data.ptr)
     _checks(dtype_name(tril.dtype))(grid_1d(size, _THREADS, _MAX_BLOCKS), _THREADS, args)
-    return int(failures)
+    return read_int(failures, 0)
