@@ -255,7 +255,9 @@ def test_scratch_of_nothing(cupy_only):
 # ---- read_int -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64"])
+@pytest.mark.parametrize(
+    "dtype", ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
+)
 def test_read_int_reads_each_element(cupy_only, dtype):
     info = np.iinfo(dtype)
     host = np.array([info.min, info.max, 0, 1, info.max - 1, 7], dtype=dtype)
@@ -266,18 +268,29 @@ def test_read_int_reads_each_element(cupy_only, dtype):
         assert got == int(host[index])
 
 
-def test_read_int_waits_for_the_current_stream(cupy_only, affine):
-    """The copy is queued on the current stream after the kernel that writes the element."""
+_SLOW_WRITE = r"""
+extern "C" __global__ void xpops_test_slow_write(long long* out, long long value,
+                                                 long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {}
+    out[1] = value;
+}
+"""
+
+
+def test_read_int_waits_for_the_current_stream(cupy_only):
+    """The copy is queued on the current stream after a kernel that spins before it writes
+    the element (about a millisecond): a copy on another stream would read the old value."""
     cp = cupy_only
-    n = 1 << 20
-    out = cp.full(n, -1, dtype=cp.int64)
-    kernel = _cuda.FastKernel(affine, "pqiq")
+    kernel = _cuda.FastKernel(cp.RawKernel(_SLOW_WRITE, "xpops_test_slow_write"), "pqq")
+    out = cp.full(3, -1, dtype=cp.int64)
     stream = cp.cuda.Stream(non_blocking=True)
     stream.wait_event(cp.cuda.get_current_stream().record())
     with stream:
-        for k in range(1, 6):
-            kernel(_cuda.grid_1d(n, 256), 256, (out.data.ptr, k, 2, n))
-            assert _cuda.read_int(out, -1) == k * (n - 1) + 2
+        for k in range(1, 4):
+            kernel(1, 1, (out.data.ptr, k, 2_000_000))
+            assert _cuda.read_int(out, 1) == k
+            assert _cuda.read_int(out, -1) == -1
 
 
 def test_read_int_in_threads(cupy_only):

@@ -276,7 +276,7 @@ def test_large_csc_matches_the_host_on_gpu(cupy_only):
     np.testing.assert_array_equal(lib.host(got.data), want.data)
 
 
-# ---- small operands: the one-block kernel against the tiled pipeline ---------------------------
+# ---- small operands: the merge-path kernels against the tiled pipeline ------------------------
 
 # Operands of both paths: (rows, ncols, entries of x, entries of y, pattern). The small
 # kernels take rows <= SMALL_ROWS and nx + ny <= SMALL_ENTRIES (threads of SMALL_ITEMS
@@ -294,8 +294,10 @@ SMALL_CASES = {
     "identical": (257, 300, 5000, 5000, "identical"),
     "disjoint": (256, 400, 4000, 4000, "disjoint"),
     "empty-ends": (2047, 500, 2000, 2000, "middle"),
+    "shifted": (300, 300, 4001, 4000, "shifted"),
     "at-the-limit": (2047, 3000, 32768, 32768, "random"),
     "past-the-limit": (2047, 3000, 32769, 32768, "random"),
+    "rows-past-the-limit": (2048, 10, 100, 100, "random"),
 }
 
 
@@ -310,6 +312,10 @@ def _small_operands(rng, rows, ncols, nx, ny, pattern):
     elif pattern == "disjoint":  # x on even keys, y on odd ones
         kx, ky = 2 * (keys(nx) // 2), 2 * (keys(ny) // 2) + 1
         kx, ky = np.unique(kx), np.unique(ky[ky < rows * ncols])
+    elif pattern == "shifted":  # x: y's positions and one before them all, so that every
+        # stretch of the merged sequence starts on an entry of y divided into x's
+        ky = keys(ny, 1)
+        kx = np.concatenate([[0], ky])
     elif pattern == "middle":  # the first and last tenth of the rows empty
         lo, hi = rows // 10 * ncols, (rows - rows // 10) * ncols
         kx, ky = keys(nx, lo, hi), keys(ny, lo, hi)
@@ -330,12 +336,21 @@ def _small_operands(rng, rows, ncols, nx, ny, pattern):
 
 @pytest.fixture(params=["merge-path", "tiles"])
 def union_path(request, monkeypatch):
-    """The union of small operands by the small kernels (the default), or by the tiles."""
+    """The union of small operands by the small kernels (the default), or by the tiles: the
+    path's name and the list of the small kernels' uses, which the test checks."""
     from xpops.sparse import _cupyx as engine
 
     if request.param == "tiles":
         monkeypatch.setattr(engine, "SMALL_ENTRIES", -1)
-    return request.param
+    uses: list[tuple] = []
+    small_kernels = engine.small_kernels
+
+    def counted(*args):
+        uses.append(args)
+        return small_kernels(*args)
+
+    monkeypatch.setattr(engine, "small_kernels", counted)
+    return request.param, uses
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex128"])
@@ -353,6 +368,9 @@ def test_small_operands_on_gpu(cupy_only, case, dtype, union_path):
     xs.has_canonical_format = ys.has_canonical_format = True
     _poison_pool(cupy_only, 64 * (x.data.size + y.data.size) + 16 * rows)
     out = xpops.sparse.divide(xs, ys)
+    path, uses = union_path
+    small = rows <= 2047 and x.data.size + y.data.size <= 2**16
+    assert len(uses) == (path == "merge-path" and small)
     mask, want = reference(x, dtype, y, dtype, shape)
     assert_result(lib, out, xs, mask, want, dtype)
 
@@ -385,6 +403,7 @@ def test_small_operands_of_wide_indices_on_gpu(cupy_only, index, union_path):
         dev[0], dev[1], cupy.asarray(vx), dev[2], dev[3], cupy.asarray(vy), ncols, np.float64
     )
     assert indices.dtype == np.dtype(index)
+    assert len(union_path[1]) == (union_path[0] == "merge-path")
     union = np.union1d(kx, ky)
     want_indptr = np.searchsorted(union // ncols, np.arange(rows + 1))
     np.testing.assert_array_equal(indptr.get(), want_indptr)
