@@ -368,8 +368,10 @@ def test_small_operands_on_gpu(cupy_only, case, dtype, union_path):
     xs.has_canonical_format = ys.has_canonical_format = True
     _poison_pool(cupy_only, 64 * (x.data.size + y.data.size) + 16 * rows)
     out = xpops.sparse.divide(xs, ys)
+    from xpops.sparse._cupyx_small import SMALL_ENTRIES, SMALL_ROWS
+
     path, uses = union_path
-    small = rows <= 2047 and x.data.size + y.data.size <= 2**16
+    small = rows <= SMALL_ROWS and x.data.size + y.data.size <= SMALL_ENTRIES
     assert len(uses) == (path == "merge-path" and small)
     mask, want = reference(x, dtype, y, dtype, shape)
     assert_result(lib, out, xs, mask, want, dtype)
