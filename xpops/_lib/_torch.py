@@ -366,14 +366,14 @@ def _cupy_view(t: Any) -> Any:
     if dtype is None:
         return cupy.from_dlpack(_Capsule(t, t.device.index))
     cuda, shape, size = cupy.cuda, tuple(t.shape), dtype.itemsize
-    if t.is_contiguous():  # the common case, in a microsecond less
-        memory = cuda.UnownedMemory(t.data_ptr(), t.numel() * size, t, t.device.index)
-        return cupy.ndarray(shape, dtype, cuda.MemoryPointer(memory, 0))
-    strides = t.stride()
-    extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides, strict=True))  # elements
+    if t.is_contiguous():  # the common case: no strides to read or give, a microsecond less
+        extent, strides = t.numel(), None
+    else:
+        elements = t.stride()
+        extent = 1 + sum((n - 1) * s for n, s in zip(shape, elements, strict=True))
+        strides = tuple(s * size for s in elements)
     memory = cuda.UnownedMemory(t.data_ptr(), extent * size, t, t.device.index)
-    pointer = cuda.MemoryPointer(memory, 0)
-    return cupy.ndarray(shape, dtype, pointer, tuple(s * size for s in strides))
+    return cupy.ndarray(shape, dtype, cuda.MemoryPointer(memory, 0), strides)
 
 
 @functools.cache
