@@ -1,7 +1,8 @@
 """The CuPy engine of logcumsumexp's backward (GPU only: skipped without a CUDA device): the
 one-pass ``grad_tiles`` kernel at its tile boundaries and across many tiles (decoupled
-look-back), on rows, with special values, against float64 references computed on the host;
-the kernel choice; more than 2**31 elements."""
+look-back), on rows, with special values; ``grad_rows`` on short rows of every length around
+its lanes and spans; the strided-axis kernels; all against float64 references computed on the
+host; the kernel choice; more than 2**31 elements."""
 
 import functools
 
@@ -116,14 +117,121 @@ def test_grad_tiles_large_magnitudes(cupy_only):
         assert (np.abs(got - want) <= 1e-12 * scale + 1e-300).all()
 
 
+def _grad_rows(lanes=None, rounds=None):
+    """The pull-back by grad_rows, `lanes` lanes a row and `rounds` chunks a lane a span (None:
+    the kernel's choice)."""
+    from xpops._cumulative._cupy import _grad_rows
+
+    rounds = rounds or _grad_rows.GRAD_ROWS_ROUNDS
+    return functools.partial(_grad_rows.grad_rows_scan, lanes=lanes, rounds=rounds)
+
+
+@pytest.mark.parametrize("rounds", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
+def test_grad_rows_lengths(cupy_only, dtype, exclusive, reverse, rounds):
+    """Rows of 1 to GRAD_ROWS_MAX_LEN elements around a vector, a lane's chunks and a span, and
+    longer ones (many long rows take this kernel); one row and enough rows that a warp's last
+    groups have none (rows of odd lengths are read element by element); with the kernel's
+    lanes and with one, two and 32 lanes a row (many spans, a span wider than the row), one
+    and two chunks a lane a span; against float64 sums."""
+    from xpops._cumulative._cupy._grad_rows import GRAD_ROWS_MAX_LEN
+
+    cupy = cupy_only
+    rng = np.random.default_rng(12)
+    rtol = 2e-4 if dtype == "float32" else 1e-11
+    lengths = [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 63, 64, 65, 100, 255, 256, 257, 1000,
+               GRAD_ROWS_MAX_LEN - 1, GRAD_ROWS_MAX_LEN, 2049, 5000]  # fmt: skip
+    for L in lengths:
+        for rows in (1, 37):
+            x = rng.normal(0, 2, (rows, L)).astype(dtype)
+            g = rng.normal(0, 1, (rows, L)).astype(dtype)
+            want, scale = _covering_sums(x, g.astype(np.float64), exclusive, reverse)
+            for lanes in (None, 1, 2, 32):
+                got = _pullback(cupy, x, g, 1, exclusive, reverse, _grad_rows(lanes, rounds))
+                assert got.dtype == dtype
+                err = np.abs(got - want)
+                assert (err <= rtol * scale + 1e-30).all(), (L, rows, lanes)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_grad_rows_unaligned_and_batched(cupy_only, dtype):
+    """Inputs one element past a vector boundary (element-wise loads and stores although the
+    rows are a whole number of vectors), with leading batch dimensions."""
+    cupy = cupy_only
+    rng = np.random.default_rng(13)
+    rtol = 2e-4 if dtype == "float32" else 1e-11
+    shape = (3, 5, 64)
+    x = rng.normal(0, 2, shape).astype(dtype)
+    g = rng.normal(0, 1, shape).astype(dtype)
+
+    def unaligned(a):
+        view = cupy.full(a.size + 1, np.nan, dtype=dtype)[1:].reshape(shape)
+        view[...] = cupy.asarray(a)
+        assert view.data.ptr % 16 != 0
+        return view
+
+    for exclusive in (False, True):
+        y = reference(x.astype(np.float64), -1, exclusive, False).astype(dtype)
+        views = [unaligned(a) for a in (x, y, g)]
+        got = _grad_rows()(*views, 2, exclusive, True).get()  # the forward's reverse=False
+        want, scale = _covering_sums(x, g.astype(np.float64), exclusive, False)
+        assert (np.abs(got - want) <= rtol * scale + 1e-30).all(), exclusive
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(("exclusive", "reverse"), FLAGS)
+def test_grad_rows_special_values(cupy_only, exclusive, reverse, dtype):
+    """-inf, +inf and NaN inputs, cotangents of 0 and NaN, rows all -inf and rows whose first
+    half is -inf, in rows of 200 walked by one lane (a span a chunk) and by the kernel's lanes
+    (one chunk each, then two: spans of 128 and 256 float32, 64 and 128 float64), against the
+    brute-force double sum; NaN exactly where it is."""
+    cupy = cupy_only
+    rtol = 2e-5 if dtype == "float32" else 1e-12
+    rng = np.random.default_rng(14)
+    rows, L = 40, 200
+    x = rng.normal(0, 3, (rows, L))
+    x[rng.random(x.shape) < 0.2] = -np.inf
+    x[3] = -np.inf
+    x[4, :100] = -np.inf
+    x[5, 77] = np.nan
+    x[6, 150] = np.inf
+    x[7, 0] = np.inf
+    g = rng.normal(0, 1, x.shape)
+    g[rng.random(x.shape) < 0.2] = 0.0
+    g[8, 30] = np.nan
+    x, g = x.astype(dtype), g.astype(dtype)
+    want, scale = brute_force_vjp(x.astype(np.float64), g.astype(np.float64), 1, exclusive,
+                                  reverse)  # fmt: skip
+    ok = ~np.isnan(want)
+    for lanes, rounds in ((1, None), (None, None), (None, 2)):
+        got = _pullback(cupy, x, g, 1, exclusive, reverse, _grad_rows(lanes, rounds))
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        assert (np.abs(got - want)[ok] <= rtol * scale[ok] + 1e-30).all(), (lanes, rounds)
+
+
+def test_grad_rows_large_magnitudes(cupy_only):
+    """Rows of inputs near +-700 in float64: no overflow (the links are at most 1)."""
+    cupy = cupy_only
+    x = np.stack([np.linspace(-700.0, 700.0, 1000), np.linspace(700.0, -700.0, 1000)])
+    g = np.random.default_rng(15).normal(0, 1, x.shape)
+    for exclusive, reverse in FLAGS:
+        got = _pullback(cupy, x, g, 1, exclusive, reverse, _grad_rows())
+        want, scale = brute_force_vjp(x, g, 1, exclusive, reverse)
+        assert np.isfinite(got).all()
+        assert (np.abs(got - want) <= 1e-12 * scale + 1e-300).all()
+
+
 def test_kernel_choice(cupy_only, monkeypatch):
-    """Long rows take grad_tiles, a strided axis of many columns grad_column_blocks or
-    grad_columns (by the columns an SM), few columns and many short rows the two scans (the
-    public call's result checked against the host reference either way)."""
+    """Rows along the contiguous axis take grad_rows up to GRAD_ROWS_MAX_LEN elements, or
+    longer ones with GRAD_ROWS_MIN_ROWS_PER_SM rows an SM, and grad_tiles otherwise; a strided
+    axis of many columns grad_column_blocks or grad_columns (by the columns an SM), few columns
+    the two scans (the public call's result checked against the host reference either way)."""
     cupy = cupy_only
     engine = _engine()
     calls = []
-    for name in ("_grad_tiles_scan", "grad_columns_scan", "grad_column_blocks_scan"):
+    for name in ("_grad_tiles_scan", "grad_rows_scan", "grad_columns_scan",
+                 "grad_column_blocks_scan"):  # fmt: skip
         original = getattr(engine, name)
 
         def spy(*args, _name=name, _original=original):
@@ -132,6 +240,10 @@ def test_kernel_choice(cupy_only, monkeypatch):
 
         monkeypatch.setattr(engine, name, spy)
     from xpops._cumulative._cupy._grad_columns import column_block_shape
+    from xpops._cumulative._cupy._grad_rows import GRAD_ROWS_MIN_ROWS_PER_SM
+    from xpops._lib._cuda import multiprocessors
+
+    many = GRAD_ROWS_MIN_ROWS_PER_SM * multiprocessors()  # long rows that fill the GPU
 
     rng = np.random.default_rng(8)
 
@@ -140,9 +252,11 @@ def test_kernel_choice(cupy_only, monkeypatch):
         return ["grad_column_blocks_scan" if blocks else "grad_columns_scan"]
 
     cases = [((5000,), 0, ["_grad_tiles_scan"]), ((4, 3000), 1, ["_grad_tiles_scan"]),
+             ((3, 1025), 1, ["_grad_tiles_scan"]), ((3, 1024), 1, ["grad_rows_scan"]),
+             ((1000,), 0, ["grad_rows_scan"]), ((20000, 8), 1, ["grad_rows_scan"]),
+             ((many, 1025), 1, ["grad_rows_scan"]), ((many - 1, 1025), 1, ["_grad_tiles_scan"]),
              ((40, 4096), 0, strided(4096)), ((3, 20, 2048), 1, strided(6144)),
-             ((20, 65536), 0, strided(65536)), ((3000, 4), 0, []), ((300, 64), 0, []),
-             ((20000, 8), 1, [])]  # fmt: skip
+             ((20, 65536), 0, strided(65536)), ((3000, 4), 0, []), ((300, 64), 0, [])]  # fmt: skip
     assert strided(65536) == ["grad_column_blocks_scan"]  # up to 500 SMs
     for shape, axis, kernels in cases:
         calls.clear()

@@ -54,13 +54,16 @@ the shape of ``x``.
 
 Cost: two scans of the size of ``x`` (one for complex inputs) and about twenty elementwise
 operations, in the namespace of ``x`` and on its device. On CuPy arrays (and PyTorch's CUDA
-tensors) a real ``x`` takes `._cupy._backward`: along rows that the forward scans by tiles,
-one kernel that solves the sum as a linear recurrence (four passes over arrays of the size of
-``x``); along a strided axis of many columns, the same recurrence down segments of the columns
-(six passes); elsewhere both scans in one launch between two fused kernels (twelve passes). On real
-JAX arrays the same sum is computed by the JAX engine (`._jax.real_pullback`): a linear
-recurrence solved by one associative scan of multiply-adds, which costs about what JAX's own
-reverse pass of its scan does, where each log-space scan costs a forward scan.
+tensors) a real ``x`` takes `._cupy._backward`: along the contiguous axis, one kernel that
+solves the sum as a linear recurrence (four passes over arrays of the size of ``x``; rows of
+at most 1024 elements, and many longer rows, a group of lanes each, fewer long rows chained
+across blocks); along a strided
+axis of many columns, the same recurrence down the columns (four or six passes); along a
+strided axis of few columns, both scans in one launch between two fused kernels (twelve
+passes). On real JAX arrays the same sum is computed by the JAX engine
+(`._jax.real_pullback`): a linear recurrence solved by one associative scan of multiply-adds,
+which costs about what JAX's own reverse pass of its scan does, where each log-space scan
+costs a forward scan.
 """
 
 import math

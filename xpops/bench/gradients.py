@@ -21,7 +21,7 @@ from ._case import Case, import_jax
 
 # (shape, axis): logcumsumexp float32 on the GPU, float64 on the CPU (the default CPU run
 # takes the first; --full all, and the other ops' CPU cases)
-SCAN_GPU = [((2**28,), None), ((8192, 32768), 1), ((8192, 32768), 0)]
+SCAN_GPU = [((2**28,), None), ((8192, 32768), 1), ((8192, 32768), 0), ((1_048_576, 64), 1)]
 SCAN_CPU = [((2**18,), None), ((2**20,), None)]
 # (batch, M, K)
 SOLVE_GPU = [(100_000, 16, 1), (1, 4096, 256)]

@@ -10,18 +10,21 @@ are at most 1 (the outputs never decrease): no overflow, no log space, one sign-
 channel. For the exclusive scan the same recurrence over its own outputs gives
 ``dx_k = exp(x_k - y_{k+1}) S_{k+1}`` (and 0 for the last input, which no output holds).
 
-* ``grad_tiles``: rows long enough for the forward's tiles kernel. One pass: a block reads
+* ``grad_tiles``: long rows, too few to fill the GPU a row a warp. One pass: a block reads
   its tile of ``x``, ``y`` and ``g``, composes each chunk's affine map ``S -> b + a S``
   (keeping every element's cotangent as ``u + v S_in`` in the value entering its chunk), gets
   the value of ``S`` entering its tile from its predecessors by decoupled look-back (the
   look-back slots of `._device`, holding maps), and writes ``dx``: four passes over arrays of
   the size of ``x``, the least the rule's inputs and output allow.
+* ``grad_rows`` (`._grad_rows`): contiguous rows of at most GRAD_ROWS_MAX_LEN elements, however
+  many, and longer rows where there are enough to fill the GPU (GRAD_ROWS_MIN_ROWS_PER_SM): a
+  group of lanes a row, ``S`` carried in registers along it, four passes.
 * ``grad_column_blocks`` and ``grad_columns`` (`._grad_columns`): a strided axis with at
   least a warp of adjacent columns, and many columns in all (GRAD_COLUMN_MIN_LANES). A block
   runs the recurrence down 32 whole columns, four passes, where there are enough columns to
   fill the GPU that way (`column_block_shape`); otherwise a thread runs it down a segment of
   its column twice, six passes.
-* Every other shape (many short rows, few columns): the two log-space scans of the generic
+* Every other shape (a strided axis of few columns): the two log-space scans of the generic
   rule as one scan of a stacked array between two fused elementwise kernels (``terms`` and
   ``combine``), twelve passes.
 
@@ -45,6 +48,7 @@ from ._grad_columns import (
     grad_column_blocks_scan,
     grad_columns_scan,
 )
+from ._grad_rows import GRAD_ROWS_MAX_LEN, GRAD_ROWS_MIN_ROWS_PER_SM, grad_rows_scan
 
 __all__ = [
     "GRAD_MIN_BLOCKS",
@@ -325,15 +329,18 @@ def _two_scans(
 
 
 def _choose(x: cupy.ndarray, axis: int) -> str:
-    """grad_tiles where the forward scans by tiles; for a strided axis of at least a warp of
-    adjacent columns and GRAD_COLUMN_MIN_LANES columns in all, grad_column_blocks where
-    `column_block_shape` gives it a shape, else grad_columns; the two scans otherwise (many
-    short rows, few columns)."""
+    """Along the contiguous axis, grad_rows for rows of at most GRAD_ROWS_MAX_LEN elements and
+    for at least GRAD_ROWS_MIN_ROWS_PER_SM rows an SM, grad_tiles for fewer longer rows; for a
+    strided axis of at least a warp of adjacent columns and GRAD_COLUMN_MIN_LANES columns in
+    all, grad_column_blocks where `column_block_shape` gives it a shape, else grad_columns;
+    the two scans otherwise (few columns)."""
     if dtype_name(x.dtype) not in C_TYPES:
         return "two_scans"
     kind = choose_kernel(x.shape, axis)
-    if kind == "tiles":
-        return "grad_tiles"
+    if kind in ("rows", "tiles"):
+        L = x.shape[axis]
+        many = x.size // L >= GRAD_ROWS_MIN_ROWS_PER_SM * multiprocessors()
+        return "grad_rows" if L <= GRAD_ROWS_MAX_LEN or many else "grad_tiles"
     inner = math.prod(x.shape[axis + 1 :])
     lanes = math.prod(x.shape[:axis]) * inner
     if inner >= 32 and lanes >= GRAD_COLUMN_MIN_LANES:
@@ -387,8 +394,8 @@ def real_pullback(
     shape, ndim >= 1), where the scan that covers is logcumsumexp with `exclusive` and
     `reverse` as given (the forward's `reverse` already flipped).
 
-    `kernel` (tests and benchmarks only) forces ``"grad_tiles"``, ``"grad_column_blocks"``,
-    ``"grad_columns"`` or ``"two_scans"``.
+    `kernel` (tests and benchmarks only) forces ``"grad_tiles"``, ``"grad_rows"`` (the last
+    axis only), ``"grad_column_blocks"``, ``"grad_columns"`` or ``"two_scans"``.
     """
     x, y, g = (cupy.ascontiguousarray(a) for a in (x, y, g))  # raw indexing is C order
     if x.size == 0:
@@ -397,6 +404,8 @@ def real_pullback(
         kernel = _choose(x, axis)
     if kernel == "grad_tiles":
         return _grad_tiles_scan(x, y, g, axis, exclusive, reverse)
+    if kernel == "grad_rows":
+        return grad_rows_scan(x, y, g, axis, exclusive, reverse)
     if kernel == "grad_columns":
         return grad_columns_scan(x, y, g, axis, exclusive, reverse)
     if kernel == "grad_column_blocks":
