@@ -44,10 +44,12 @@ GRAD_ROWS_ROUNDS = 1
 # (32768, 8192), 248 an SM, 81 / 77% against 68%; (16384, 16384), 124 an SM, 73 / 76%
 # against 65%; (16384, 2048) 69 / 69% against 67%; (8192, 32768), 62 an SM, 75 / 76% against
 # 71%; float64 (8192, 16384) 69 / 54% against 57%; but (2048, 131072), 15.5 an SM, 47%
-# against 66%, and (1024, 262144) 26% against 64%. Between 15.5 and 62 rows an SM was not
-# measured.
+# against 66%, and (1024, 262144) 26% against 64%. H100 (132 SMs), 1 chunk a lane against
+# grad_tiles: 94 / 85%, 92 / 82%, 85 / 79%, 74 / 73%, 88 / 80%, float64 80 / 72%, and 62 / 78%,
+# 35 / 75% on the same shapes. The threshold is the fewest rows an SM measured to gain (8192
+# rows on 132 SMs); between 15.5 and 62 was not measured.
 GRAD_ROWS_MAX_LEN = 1024
-GRAD_ROWS_MIN_ROWS_PER_SM = 48
+GRAD_ROWS_MIN_ROWS_PER_SM = 62
 
 _SOURCE = r"""
 template <typename T, int G> __device__ __forceinline__ Pair<T> group_up(Pair<T> p, int d) {
