@@ -53,17 +53,19 @@ unchanged. With ``axis=None`` the scan is of the row-major flattened ``x``, and 
 the shape of ``x``.
 
 Cost: two scans of the size of ``x`` (one for complex inputs) and about twenty elementwise
-operations, in the namespace of ``x`` and on its device. On CuPy arrays (and PyTorch's CUDA
-tensors) a real ``x`` takes `._cupy._backward`: along the contiguous axis, one kernel that
-solves the sum as a linear recurrence (four passes over arrays of the size of ``x``; rows of
-at most 1024 elements, and many longer rows, a group of lanes each, fewer long rows chained
-across blocks); along a strided
-axis of many columns, the same recurrence down the columns (four or six passes); along a
-strided axis of few columns, both scans in one launch between two fused kernels (twelve
-passes). On real JAX arrays the same sum is computed by the JAX engine
-(`._jax.real_pullback`): a linear recurrence solved by one associative scan of multiply-adds,
-which costs about what JAX's own reverse pass of its scan does, where each log-space scan
-costs a forward scan.
+operations, in the namespace of ``x`` and on its device. On real NumPy arrays
+(`._numpy_vjp`) whose every row has finite outputs and cotangents (-inf outputs allowed), no
+NaN or +inf input, and outputs within 600 of each other, one cumulative sum against a
+reference a row instead, its sums in float64 (float32 input too).
+On CuPy arrays (and PyTorch's CUDA tensors) a real ``x`` takes `._cupy._backward`: along the
+contiguous axis, one kernel that solves the sum as a linear recurrence (four passes over
+arrays of the size of ``x``; rows of at most 1024 elements, and many longer rows, a group of
+lanes each, fewer long rows chained across blocks); along a strided axis of many columns, the
+same recurrence down the columns (four or six passes); along a strided axis of few columns,
+both scans in one launch between two fused kernels (twelve passes). On real JAX arrays the
+same sum is computed by the JAX engine (`._jax.real_pullback`): a linear recurrence solved by
+one associative scan of multiply-adds, which costs about what JAX's own reverse pass of its
+scan does, where each log-space scan costs a forward scan.
 """
 
 import math
@@ -163,6 +165,17 @@ def _real_pullback(
     return xp.where(plus_inf, math.nan, xp.exp(xs + a) - xp.exp(xs + b))
 
 
+def _numpy_pullback(
+    x: Array, y: Array, g: Array, axis: int, exclusive: bool, reverse: bool
+) -> Array:
+    """The NumPy engine of `_PULLBACK`: one cumulative sum against a reference a row
+    (`._numpy_vjp`) where that applies, the generic rule otherwise."""
+    from . import _numpy_vjp
+
+    dx = _numpy_vjp.real_pullback(x, y, g, axis, exclusive, reverse)
+    return _real_pullback(x, y, g, axis, exclusive, reverse) if dx is None else dx
+
+
 def _complex_pullback(xp: Namespace, x: Array, y: Array, g: Array, scan: dict[str, Any]) -> Array:
     """``sum_{i covers j} g_i conj(exp(x_j - y_i))`` of complex arrays, by one scan."""
     gc = xp.conj(g)
@@ -230,10 +243,11 @@ def backward(
 
 
 # The real pull-back's engines: CUDA kernels on CuPy (and PyTorch's CUDA tensors; see
-# `._cupy._backward`), a linear recurrence on JAX arrays, the generic operations elsewhere.
+# `._cupy._backward`), a linear recurrence on JAX arrays, one cumulative sum on NumPy arrays
+# where it applies (`._numpy_vjp`), the generic operations elsewhere.
 _PULLBACK = Engines(
     __package__,
-    numpy=_real_pullback,
+    numpy=_numpy_pullback,
     cupy="._cupy._backward:real_pullback",
     dask=_real_pullback,
     generic=_real_pullback,
