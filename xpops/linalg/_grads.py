@@ -48,22 +48,26 @@ def _factor_cotangent(
     a, b = _fold_summed(xp, dx, z, batch)  # (*batch, M, F*K): the summed dimensions in K
     m, k = a.shape[-2], a.shape[-1]
     t = xp.triu(u) if upper else xp.tril(u)
+    # -C u or -u C, the minus taken on an operand of M x 2K rows where there is one (the
+    # products come out negated, without a pass over the M x M result); the zeros that
+    # `tril`/`triu` write are +0
     if 3 * k < m and separate and k == 1:
         # C u = a (b^H u) + b (a^H u), u C = (u a) b^H + (u b) a^H
-        ah, bh = conj_transpose(xp, a), conj_transpose(xp, b)
-        cu = (t @ a) @ bh + (t @ b) @ ah if upper else a @ (bh @ t) + b @ (ah @ t)
+        if upper:
+            ncu = (t @ a) @ conj_transpose(xp, -b) + (t @ b) @ conj_transpose(xp, -a)
+        else:
+            ncu = -a @ (conj_transpose(xp, b) @ t) + -b @ (conj_transpose(xp, a) @ t)
     elif 3 * k < m:
         # Few right-hand sides: C u = [a b] ([b a]^H u), u C = (u [a b]) [b a]^H, two
         # products over 2K, 4KM^2 multiply-adds instead of the M^3 + KM^2 of forming C
         ab = xp.concat([a, b], axis=-1)
-        ba_h = conj_transpose(xp, xp.concat([b, a], axis=-1))
-        cu = (t @ ab) @ ba_h if upper else ab @ (ba_h @ t)
+        ba = xp.concat([b, a], axis=-1)
+        ncu = (t @ ab) @ conj_transpose(xp, -ba) if upper else -ab @ (conj_transpose(xp, ba) @ t)
     else:
         p = a @ conj_transpose(xp, b)
         c = p + conj_transpose(xp, p)
-        cu = t @ c if upper else c @ t
-    # negated before `tril`/`triu`: their zeros stay +0
-    return xp.triu(-cu) if upper else xp.tril(-cu)
+        ncu = -(t @ c) if upper else -(c @ t)
+    return xp.triu(ncu) if upper else xp.tril(ncu)
 
 
 def _fold_summed(xp: Namespace, a: Array, b: Array, batch: tuple[int, ...]) -> tuple[Array, Array]:
