@@ -840,6 +840,20 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
     stream.synchronize()
     close(ours, ref)
 
+    # large systems: cuBLAS calls, the forward's first solve kept as a residual
+    x, w = rng.standard_normal((3, 100, 4)), rng.standard_normal((3, 100, 4))
+    lower = np.tril(rng.standard_normal((3, 100, 100))) / 10 + 2 * np.eye(100)
+    y = np.swapaxes(lower, -1, -2).copy() if upper else lower
+    ours, ref = leaves(x, y)
+    tw = torch.from_numpy(w).to(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        (xpops.linalg.cholesky_solve(*ours, upper=upper) * tw).sum().backward()
+    (torch.cholesky_solve(*ref, upper=upper) * tw).sum().backward()
+    ref[1].grad = torch.triu(ref[1].grad) if upper else torch.tril(ref[1].grad)
+    stream.synchronize()
+    close(ours, ref)
+
     ours, ref = leaves(rng.standard_normal((64, 2000)))
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
@@ -867,7 +881,7 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
     stream.synchronize()
     close(ours, ref)
     # forward and backward of each, and the distribution's checks
-    assert cupy_hand_overs == [0] * 7
+    assert cupy_hand_overs == [0] * 9
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

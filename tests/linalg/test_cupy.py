@@ -74,6 +74,30 @@ def test_gpu_one_large_system(cupy_only, dtype_name, upper, m):
     assert resid <= 4 * m * eps * np.linalg.norm(a[0], 2) * np.linalg.norm(x, 2)
 
 
+@pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+def test_gpu_batches_of_large_systems(cupy_only, dtype_name, upper):
+    """More than one system past SMALL_MAX_M (cuBLAS's right-side batched solves on the
+    result): every broadcast pattern, one and several right-hand sides, NaN in the unused
+    triangle and in the memory pool."""
+    cupy = cupy_only
+    from xpops.linalg import _cupy
+
+    rng = np.random.default_rng(17)
+    m = _cupy.SMALL_MAX_M + 9
+    for (bx, by), k in zip(PATTERNS, [1, 3, 2, 1, 5, 1, 2, 3, 1, 4], strict=True):
+        factor, a, _ = make_factor(rng, by, m, dtype_name, upper)
+        b = rng.standard_normal((*bx, m, k)).astype(dtype_name)
+        if np.dtype(dtype_name).kind == "c":
+            b = b + 1j * rng.standard_normal(b.shape).astype(dtype_name)
+        junk = cupy.full(4 * (factor.size + b.size) + 1024, np.nan, dtype=np.float32)
+        del junk
+        got = xpops.linalg.cholesky_solve(cupy.asarray(b), cupy.asarray(factor), upper=upper)
+        assert got.flags.c_contiguous
+        assert got.dtype == np.dtype(dtype_name)
+        assert_solution(got, reference(a, b), dtype_name)
+
+
 def test_gpu_lists_and_mixed_libraries(cupy_only):
     """A list next to a CuPy array becomes a CuPy array on its device (not the fast path);
     NumPy with CuPy stays a TypeError, either way round."""

@@ -610,6 +610,65 @@ def test_cupy_fused_backward(cupy_only, monkeypatch, dtype_name, upper, batch, m
     np.testing.assert_allclose(dx, want_x, rtol=tol, atol=tol * np.abs(want_x).max())
 
 
+# (x shape, factor batch, M): past SMALL_MAX_M, one system and batches, a vector, x broadcast
+# against the factor's batch; the factor broadcast against x's (the generic code)
+BLAS_CASES = [
+    ((65, 1), (), 65),
+    ((1, 100, 7), (1,), 100),
+    ((3, 130, 2), (3,), 130),
+    ((90,), (), 90),
+    ((2, 1, 70, 3), (2, 3), 70),
+    ((4, 70, 2), (), 70),
+]
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+@pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(("x_shape", "y_batch", "m"), BLAS_CASES)
+def test_cupy_blas_backward(cupy_only, monkeypatch, x_shape, y_batch, m, upper, dtype_name, blocks):
+    """Large systems: both cotangents from cuBLAS calls (`_cupy_blas.backward`: real factors
+    with a batch of their own; Y kept by the forward or computed; the product whole or in row
+    blocks of the used triangle, M not a multiple of them), the generic code for the rest,
+    against the closed form in float64, with NaN in the unused triangle and in the memory
+    pool."""
+    from xpops.linalg import _cupy_blas
+
+    cp = cupy_only
+    calls = []
+    blas = _cupy_blas.backward
+
+    def spy(*args):
+        got = blas(*args)
+        calls.append((got is not None, args[-1] is not None))
+        return got
+
+    monkeypatch.setattr(_cupy_blas, "BLOCKED_MIN_WORK", 0)
+    monkeypatch.setattr(_cupy_blas, "BLOCKS", blocks)
+    monkeypatch.setattr("xpops.linalg._cupy_grad.blas_backward", spy)
+    rng = np.random.default_rng(29)
+    b, factor, _, g = random_system(rng, x_shape, y_batch, m, dtype_name, upper)
+    junk = cp.full(16 * (factor.size + b.size) + 4096, np.nan, dtype=np.float32)
+    del junk
+    dx, dy = pull(cp, b, factor, g, upper)[1]
+    want_x, want_y = closed_form(b, factor, g, upper)
+    own_batch = len(x_shape) < 3 or np.broadcast_shapes(x_shape[:-2], y_batch) == y_batch
+    # the forward keeps its first solve for two arrays of one batch shape and dtype
+    real = dtype_name != "complex128"
+    kept = real and len(x_shape) >= 2 and x_shape[:-2] == y_batch
+    assert calls == ([(real, kept)] if own_batch else [])
+    assert dx.dtype == dy.dtype == np.dtype(dtype_name)
+    assert dx.shape == b.shape
+    assert dy.shape == factor.shape
+    dx, dy = cp.asnumpy(dx), cp.asnumpy(dy)
+    zeros = dy[..., unused_mask(m, upper)]
+    assert (zeros == 0).all()
+    assert not np.signbit(np.real(zeros)).any()
+    tol = 2e-3 if dtype_name == "float32" else 1e-10
+    np.testing.assert_allclose(dy, want_y, rtol=tol, atol=tol * np.abs(want_y).max())
+    np.testing.assert_allclose(dx, want_x, rtol=tol, atol=tol * np.abs(want_x).max())
+
+
 def test_torch_cuda_triangular_solves_in_chunks(cupy_only, monkeypatch):
     """Many right-hand sides on CUDA tensors are solved in chunks of columns (PyTorch's own
     solve slows down sharply with their number): the same values as one NumPy solve."""

@@ -21,14 +21,7 @@ broadcasts it with a shuffle, and every lane updates its rows from the shared tr
 launch covers the whole batch; broadcast batch dimensions are followed through index arrays,
 never copied.
 
-``blas``: larger M: the right-hand sides are copied (broadcast) once into column-major order,
-then solved in place on the left: one cuSOLVER ``potrs`` call for a single system, two cuBLAS
-``trsmBatched`` calls over pointer arrays for more (a broadcast factor is the same pointer
-repeated). The buffer of a row-major factor is its transpose to cuBLAS, so ``L Y = B`` is
-``trsm`` with ``op = T`` on ``L^T``, and ``L^H X = Y`` (``conj(L^T) X = Y``) is
-``L^T conj(X) = conj(Y)``; to ``potrs`` the buffer is the factor of ``A^T = conj(A)``. On an
-H100 left-side solves ran 20% faster than right-side ones on the row-major data (4096,
-K = 256), and ``potrs`` 3-5% faster than two ``trsm`` calls (a call's host time included).
+``blas``: larger M, cuBLAS and cuSOLVER calls (`._cupy_blas`).
 """
 
 import functools
@@ -40,6 +33,7 @@ import numpy as np
 from .._lib._cuda import FastKernel, c_type, grid_1d
 from .._lib._dtypes import dtype_name
 from .._lib._typing import Namespace
+from ._cupy_blas import solve as solve_blas
 
 # Systems with LANES_MAX_M < M <= SMALL_MAX_M use the small kernel. Measured on an H100:
 # (10000, 64, 64) K=8 0.22 / 0.42 ms (float32 / float64) against 0.53 / 0.91 ms for batched
@@ -338,9 +332,6 @@ xpops_cholesky_solve_small(const T* __restrict__ rhs, const T* __restrict__ fact
 """
 
 
-# cuBLAS enumerations (cublas_api.h)
-_SIDE_LEFT, _FILL_LOWER, _FILL_UPPER, _OP_N, _OP_T, _DIAG_NON_UNIT = 0, 0, 1, 0, 1, 0
-
 # FastKernel signatures (p pointer, q 64-bit, i 32-bit integer), one letter a kernel parameter:
 # lanes (rhs, factor, out, long long batch, int K, int upper, rhs_index, factor_index) and
 # small (rhs, factor, out, long long batch, int M, int K, int upper, rhs_index, factor_index).
@@ -454,78 +445,6 @@ def _solve_small(x, y, out, batch, M, K, upper):
     kernel(grid_1d(n, systems), threads, args)
 
 
-def _solve_blas(x, y, out, batch, M, K, upper):
-    """Left-side solves on the right-hand sides transposed to column-major: cuSOLVER ``potrs``
-    for one system, two ``trsmBatched`` calls for more."""
-    from cupy_backends.cuda.libs import cublas, cusolver
-
-    n = math.prod(batch)
-    complex_ = x.dtype.kind == "c"
-    # column-major (M, K) per system: the row-major (K, M) transpose
-    work = cupy.ascontiguousarray(cupy.swapaxes(cupy.broadcast_to(x, out.shape), -1, -2))
-    prefix = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}[
-        dtype_name(x.dtype)
-    ]
-    # The buffer of a row-major factor F is F^T to cuBLAS and cuSOLVER: L^T (upper) or U^T
-    # (lower); for complex factors it is conj(L^H) or conj(U^H), so A's conjugate is solved
-    # on conjugated right-hand sides.
-    fill = _FILL_LOWER if upper else _FILL_UPPER
-    if n == 1:
-        # L^T with fill upper is U with A = U^T U (and U^T with fill lower is L with A = L L^T):
-        # potrs's own pair of solves ran 3-5% faster than two trsm calls (4096, K = 256)
-        info = cupy.empty((), dtype=np.int32)  # potrs reports only invalid arguments
-        if complex_:
-            cupy.conj(work, out=work)
-        getattr(cusolver, f"{prefix}potrs")(
-            cupy.cuda.device.get_cusolver_handle(),
-            fill,
-            M,
-            K,
-            y.data.ptr,
-            M,
-            work.data.ptr,
-            M,
-            info.data.ptr,
-        )
-        if complex_:
-            cupy.conj(work, out=work)
-        out[...] = cupy.swapaxes(work, -1, -2)
-        return
-    one = np.ones((), dtype=x.dtype)
-    handle = cupy.cuda.device.get_cublas_handle()
-    # L L^H X = B: L Y = B is op T on L^T; L^H X = Y is conj(L^T) X = Y, solved as
-    # L^T conj(X) = conj(Y). U^H U X = B: the same with the steps swapped.
-    steps = ((_OP_N, True), (_OP_T, False)) if upper else ((_OP_T, False), (_OP_N, True))
-    factor_index = _batch_index(y.shape[:-2], batch)
-    if factor_index is None:
-        factor_index = cupy.arange(n, dtype=np.int64)
-    item = np.uint64(x.dtype.itemsize)
-    factor_ptrs = y.data.ptr + factor_index.astype(np.uint64) * (np.uint64(M * M) * item)
-    rhs_ptrs = work.data.ptr + cupy.arange(n, dtype=np.uint64) * (np.uint64(M * K) * item)
-    solve = getattr(cublas, f"{prefix}trsmBatched")
-    for op, conjugated in steps:
-        if conjugated and complex_:
-            cupy.conj(work, out=work)
-        solve(
-            handle,
-            _SIDE_LEFT,
-            fill,
-            op,
-            _DIAG_NON_UNIT,
-            M,
-            K,
-            one.ctypes.data,
-            factor_ptrs.data.ptr,
-            M,
-            rhs_ptrs.data.ptr,
-            M,
-            n,
-        )
-        if conjugated and complex_:
-            cupy.conj(work, out=work)
-    out[...] = cupy.swapaxes(work, -1, -2)
-
-
 def cholesky_solve(
     x: cupy.ndarray,
     y: cupy.ndarray,
@@ -555,6 +474,6 @@ def cholesky_solve(
         _solve_lanes(x, y, out, batch, M, K, upper)
     elif kind == "small":
         _solve_small(x, y, out, batch, M, K, upper)
-    else:  # copies x into column-major order itself
-        _solve_blas(x, y, out, batch, M, K, upper)
+    else:
+        solve_blas(x, y, out, _batch_index(y.shape[:-2], batch), upper)
     return out

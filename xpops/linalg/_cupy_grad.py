@@ -1,6 +1,7 @@
 """The CuPy engines of `cholesky_solve`'s backward rule: the whole backward in one kernel for
-batches of small systems (`backward`), else the factor's cotangent in one kernel for batches of
-small real systems (`factor_cotangent`) after a solve, and `._grads` for the rest.
+batches of small systems (`backward`), or in cuBLAS calls for real systems of more than
+SMALL_MAX_M unknowns (`._cupy_blas.backward`); else the factor's cotangent in one kernel for
+batches of small real systems (`factor_cotangent`) after a solve, and `._grads` for the rest.
 
 `backward` launches the lanes kernel's backward (``xpops_cholesky_solve_lanes_grad``, below,
 on the device functions of `._cupy`'s source): lane i of a system solves for row i of
@@ -31,12 +32,15 @@ makes and reads several (batch, M, M) intermediates and runs two batched matrix 
 """
 
 import math
+from typing import Any
 
 import cupy
 import numpy as np
 
 from .._lib._cuda import FastKernel, grid_1d
-from ._cupy import SOURCE, lanes_launch
+from ._cupy import SMALL_MAX_M, SOURCE, lanes_launch
+from ._cupy_blas import backward as blas_backward
+from ._cupy_blas import solve as solve_blas
 from ._grads import factor_cotangent as generic_factor_cotangent
 
 __all__ = [
@@ -46,6 +50,7 @@ __all__ = [
     "MIN_ELEMENTS",
     "backward",
     "factor_cotangent",
+    "forward",
     "lanes_grad_launch",
 ]
 
@@ -247,17 +252,48 @@ def factor_cotangent(
     return dy
 
 
+def forward(x: Any, y: Any, upper: bool) -> tuple[cupy.ndarray, cupy.ndarray] | None:
+    """``(cholesky_solve(x, y, upper), the first solve's result)`` for real systems of more
+    than SMALL_MAX_M unknowns given as two CuPy arrays of one dtype, batch shape and device,
+    nothing empty (the checks of the public function hold then); None for anything else.
+    The rule's backward takes the kept half for ``Y`` instead of a product with the factor."""
+    if not (isinstance(x, cupy.ndarray) and isinstance(y, cupy.ndarray)):
+        return None
+    if x.dtype != y.dtype or x.dtype.char not in "fd" or x.ndim < 2 or y.ndim < 2:
+        return None
+    m = y.shape[-1]
+    same = x.shape[:-2] == y.shape[:-2] and x.shape[-2] == y.shape[-2] == m
+    if not same or m <= SMALL_MAX_M or x.size == 0 or x.device != y.device:
+        return None
+    with x.device:
+        out = cupy.empty(x.shape, x.dtype)
+        half = cupy.empty(x.shape, x.dtype)
+        solve_blas(x, cupy.ascontiguousarray(y), out, None, upper, half)
+    return out, half
+
+
 def backward(
-    g: cupy.ndarray, z: cupy.ndarray, u: cupy.ndarray, upper: bool, batch: tuple[int, ...]
+    g: cupy.ndarray,
+    z: cupy.ndarray,
+    u: cupy.ndarray,
+    upper: bool,
+    batch: tuple[int, ...],
+    half: cupy.ndarray | None,
 ) -> tuple[cupy.ndarray, cupy.ndarray] | None:
     """Both cotangents of the rule, ``(A^-1 g, factor's)``, from one kernel that reads the
     factor once (``xpops_cholesky_solve_lanes_grad``: the solve of the lanes kernel, then the
-    factor's cotangent from the registers); None where it does not apply: a factor batch that
-    is broadcast against the right-hand sides' (`batch`, the factor's, against `g`'s), rows
-    of more than `FUSED_MAX_BYTES` bytes, an empty array. `g` and `z` (*batch, M, K), `u`
-    (*batch, M, M), one dtype."""
+    factor's cotangent from the registers), or for real systems of more than SMALL_MAX_M
+    unknowns from `._cupy_blas.backward`; None where neither applies: a factor batch that is
+    broadcast against the right-hand sides' (`batch`, the factor's, against `g`'s), rows of
+    more than `FUSED_MAX_BYTES` bytes up to SMALL_MAX_M, complex systems past it, an empty
+    array. `g` and `z` (*batch, M, K), `u` (*batch, M, M), one dtype; `half` what `forward`
+    kept, or None."""
     m, k = g.shape[-2], g.shape[-1]
-    if tuple(g.shape[:-2]) != batch or m * g.dtype.itemsize > FUSED_MAX_BYTES or g.size == 0:
+    if tuple(g.shape[:-2]) != batch or g.size == 0:
+        return None
+    if m > SMALL_MAX_M:
+        return blas_backward(g, z, u, upper, half)
+    if m * g.dtype.itemsize > FUSED_MAX_BYTES:
         return None
     g, z, u = (cupy.ascontiguousarray(a) for a in (g, z, u))
     lanes, threads, kernel = lanes_grad_launch(g.dtype, m, k == 1, g.data.device_id)

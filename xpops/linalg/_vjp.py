@@ -14,7 +14,9 @@ where :math:`u` is the used triangle alone: the other triangle is never read by 
 so its cotangent is exactly 0 (and junk there, NaN included, does not reach the gradient).
 :math:`\bar B` is itself a `cholesky_solve`, the fast path of every engine. On CuPy, batches
 of small systems with a factor of their own compute both cotangents in one kernel that reads
-the factor once (`._cupy_grad.backward`).
+the factor once (`._cupy_grad.backward`), and larger real systems with a factor of their own
+take :math:`[Z\; \bar B]^H u` as :math:`[Y\; W]^H`, the first halves of the forward's and of
+:math:`\bar B`'s triangular solves, the forward keeping :math:`Y` (`._cupy_blas`).
 
 Complex inputs follow PyTorch's convention: for a real loss :math:`L`, the cotangent of
 :math:`w` is :math:`\partial L / \partial \operatorname{Re} w + i\,\partial L /
@@ -58,8 +60,11 @@ __all__ = ["RULE"]
 _FLOATING = ("real floating", "complex floating")
 
 
-def forward(x: Any, y: Any, /, upper: bool = False) -> tuple[Array, tuple[Array, Array, Array]]:
-    """``cholesky_solve(x, y, upper)`` and the residuals ``(x, y, out)`` as arrays."""
+def forward(
+    x: Any, y: Any, /, upper: bool = False
+) -> tuple[Array, tuple[Array, Array, Array, Array | None]]:
+    """``cholesky_solve(x, y, upper)`` and the residuals ``(x, y, out, half)``: the arrays, and
+    on CuPy for large real systems the first of the two solves' results (else None)."""
     for name, arg in (("x", x), ("y", y)):
         if arg is None:  # array_args passes None through, for optional parameters
             msg = f"`{name}` must be an array, got None"
@@ -72,15 +77,16 @@ def forward(x: Any, y: Any, /, upper: bool = False) -> tuple[Array, tuple[Array,
                 "cholesky_solve's gradient must be real or complex floating arrays"
             )
             raise TypeError(msg)
-    out = cholesky_solve(a, b, upper)
-    return out, (a, b, out)
+    kept = dispatch(xp, _KEPT, a, b, as_bool(upper, "upper"))
+    out, half = (cholesky_solve(a, b, upper), None) if kept is None else kept
+    return out, (a, b, out, half)
 
 
 def backward(
-    residuals: tuple[Array, Array, Array], cotangent: Any, /, upper: bool = False
+    residuals: tuple[Array, Array, Array, Array | None], cotangent: Any, /, upper: bool = False
 ) -> tuple[Array, Array]:
     """The cotangents of `x` and `y` (see the module's docstring)."""
-    x, y, out = residuals
+    x, y, out, half = residuals
     upper = as_bool(upper, "upper")
     xp = _compat.array_namespace(out)
     _check_cotangent(xp, cotangent, out)
@@ -94,7 +100,7 @@ def backward(
         g = xp.reshape(g, x_shape)
         z = xp.reshape(z, x_shape)
 
-    both = dispatch(xp, _FUSED, g, z, u, upper, tuple(y.shape[:-2]))
+    both = dispatch(xp, _FUSED, g, z, u, upper, tuple(y.shape[:-2]), half)
     if both is None:
         dx = cholesky_solve(g, u, upper)  # (*batch, M, K), the result's batch
         dy = dispatch(xp, _FACTOR, dx, z, u, upper, tuple(y.shape[:-2]))
@@ -119,20 +125,33 @@ _FACTOR = Engines(
 )
 
 
-def _not_fused(*args: Any) -> None:
+def _none(*args: Any) -> None:
     return None
 
 
-# Both cotangents from one kernel that reads the factor once, on CuPy for batches of small
-# systems (`._cupy_grad.backward`); None elsewhere, and the two steps above run.
+# The forward, keeping the first of its two solves, on CuPy for large real systems with a
+# factor of their own (`._cupy_grad.forward`); None elsewhere (the public function runs).
+_KEPT = Engines(
+    __package__,
+    numpy=_none,
+    cupy="._cupy_grad:forward",
+    dask=_none,
+    generic=_none,
+    torch=_none,
+    jax=_none,
+)
+
+# Both cotangents at once on CuPy (`._cupy_grad.backward`): one kernel that reads the factor
+# once for batches of small systems, cuBLAS calls for large real systems; None elsewhere, and
+# the two steps above run.
 _FUSED = Engines(
     __package__,
-    numpy=_not_fused,
+    numpy=_none,
     cupy="._cupy_grad:backward",
-    dask=_not_fused,
-    generic=_not_fused,
-    torch=_not_fused,
-    jax=_not_fused,
+    dask=_none,
+    generic=_none,
+    torch=_none,
+    jax=_none,
 )
 
 RULE = Rule("linalg.cholesky_solve", ("x", "y"), forward, backward)
