@@ -76,7 +76,8 @@ def test_gpu_one_large_system(cupy_only, dtype_name, upper, m):
 
 @pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex64", "complex128"])
 @pytest.mark.parametrize("upper", [False, True])
-def test_gpu_batches_of_large_systems(cupy_only, dtype_name, upper):
+@pytest.mark.parametrize("extra", [9, 237])
+def test_gpu_batches_of_large_systems(cupy_only, dtype_name, upper, extra):
     """More than one system past SMALL_MAX_M (cuBLAS's right-side batched solves on the
     result): every broadcast pattern, one and several right-hand sides, NaN in the unused
     triangle and in the memory pool."""
@@ -84,7 +85,7 @@ def test_gpu_batches_of_large_systems(cupy_only, dtype_name, upper):
     from xpops.linalg import _cupy
 
     rng = np.random.default_rng(17)
-    m = _cupy.SMALL_MAX_M + 9
+    m = _cupy.SMALL_MAX_M + extra
     for (bx, by), k in zip(PATTERNS, [1, 3, 2, 1, 5, 1, 2, 3, 1, 4], strict=True):
         factor, a, _ = make_factor(rng, by, m, dtype_name, upper)
         b = rng.standard_normal((*bx, m, k)).astype(dtype_name)
@@ -96,6 +97,33 @@ def test_gpu_batches_of_large_systems(cupy_only, dtype_name, upper):
         assert got.flags.c_contiguous
         assert got.dtype == np.dtype(dtype_name)
         assert_solution(got, reference(a, b), dtype_name)
+
+
+@pytest.mark.parametrize("dtype_name", ["float64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+def test_gpu_large_systems_leave_their_inputs_alone(cupy_only, dtype_name, upper):
+    """Past SMALL_MAX_M the solves run in place on a column-major copy of the right-hand sides:
+    with one right-hand side the transposed view of `x` is C-contiguous too, and must still be
+    copied. One system and a batch, a vector, a column and a matrix; forward and gradient."""
+    cupy = cupy_only
+    rng = np.random.default_rng(18)
+    m = 100
+    for batch, x_shape in [((), (m,)), ((), (m, 1)), ((3,), (3, m, 1)), ((3,), (3, m, 2))]:
+        factor, a, _ = make_factor(rng, batch, m, dtype_name, upper)
+        b = rng.standard_normal(x_shape).astype(dtype_name)
+        x, y = cupy.asarray(b), cupy.asarray(factor)
+        got = xpops.linalg.cholesky_solve(x, y, upper=upper)
+        np.testing.assert_array_equal(x.get(), b)
+        np.testing.assert_array_equal(y.get(), factor)  # NaN compares equal here
+        column = b[..., None] if b.ndim == 1 else b
+        want = reference(a, column)
+        assert_solution(got.reshape(want.shape), want, dtype_name)
+        _, pullback = xpops.vjp(xpops.linalg.cholesky_solve, x, y, upper=upper)
+        g = cupy.asarray(rng.standard_normal(x_shape).astype(dtype_name))
+        g0 = g.get()
+        pullback(g)
+        for arr, ref in ((x, b), (y, factor), (g, g0)):
+            np.testing.assert_array_equal(arr.get(), ref)
 
 
 def test_gpu_lists_and_mixed_libraries(cupy_only):

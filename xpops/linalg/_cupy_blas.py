@@ -97,7 +97,7 @@ def solve(
         _potrs(x, y, out, upper, prefix)
         return
     if n == 1:  # the left-side pair (op T then N for lower, N then T for upper), column-major
-        work = cupy.ascontiguousarray(cupy.swapaxes(cupy.broadcast_to(x, out.shape), -1, -2))
+        work = _column_major(x, out.shape)
         fill, ops = (_FILL_LOWER, (_OP_N, _OP_T)) if upper else (_FILL_UPPER, (_OP_T, _OP_N))
         trsm = getattr(cublas, f"{prefix}trsm")
         for step, op in enumerate(ops):
@@ -120,12 +120,18 @@ def solve(
             cupy.copyto(half, out)
 
 
+def _column_major(x: cupy.ndarray, shape: tuple[int, ...]) -> cupy.ndarray:
+    """A new array of the (M, K) matrices of `x` broadcast to `shape`, column-major: the
+    row-major (K, M) transposes. Always a copy: with K = 1 the transposed view of a
+    C-contiguous `x` is C-contiguous too, and solving in it would write into `x`."""
+    return cupy.swapaxes(cupy.broadcast_to(x, shape), -1, -2).copy()
+
+
 def _potrs(x: cupy.ndarray, y: cupy.ndarray, out: cupy.ndarray, upper: bool, prefix: str) -> None:
     from cupy_backends.cuda.libs import cusolver
 
     M, K = out.shape[-2], out.shape[-1]
-    # column-major (M, K): the row-major (K, M) transpose
-    work = cupy.ascontiguousarray(cupy.swapaxes(cupy.broadcast_to(x, out.shape), -1, -2))
+    work = _column_major(x, out.shape)
     complex_ = out.dtype.kind == "c"
     # L^T with fill upper is U with A^T = U^T U (and U^T with fill lower is L with A^T = L L^T)
     fill = _FILL_LOWER if upper else _FILL_UPPER
