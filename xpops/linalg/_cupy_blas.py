@@ -18,7 +18,11 @@ factor F of a lower L is L^T with fill "upper", and of an upper U is U^T with fi
   is the same pointer repeated. On an H100 the right-side calls took the time of left-side ones
   ((64, 512, 512) K=64 float32: 0.36 ms each), and the solve with them 0.84 ms against 0.94
   with left-side calls and the two transposed copies they need ((1000, 128, 128) K=16: 0.33
-  against 0.48).
+  against 0.48); on an H200, in three alternated rounds, (64, 512, 512) K=64 took 0.82-0.92
+  against 0.80-0.85 ms in float32 and 0.94-0.96 against 0.94-0.96 in float64. Solving in
+  diagonal blocks of 64 rows with GEMMs between them ran 8-10% faster than one
+  ``trsmBatched`` call in one H100 measurement ((64, 512, 512) and (1000, 128, 128)); its
+  other timings ran on a GPU shared with other work and were inconclusive, so it is not used.
 
 `backward` (real dtypes, a factor batch that is not broadcast): with ``W = L^-1 G`` the first
 of the two solves of ``dB = A^-1 G``, ``Y = L^-1 B = L^T X`` the forward's first solve and X
