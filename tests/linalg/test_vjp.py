@@ -610,6 +610,58 @@ def test_cupy_fused_backward(cupy_only, monkeypatch, dtype_name, upper, batch, m
     np.testing.assert_allclose(dx, want_x, rtol=tol, atol=tol * np.abs(want_x).max())
 
 
+# (x shape, factor batch, M, whether the forward keeps its first solve): past 64 unknowns, one
+# system and batches of their own (kept); a vector and x broadcast against the factor (not)
+HALF_CASES = [
+    ((65, 1), (), 65, True),
+    ((2, 100, 3), (2,), 100, True),
+    ((90,), (), 90, False),
+    ((2, 1, 70, 3), (2, 3), 70, False),
+]
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "float64", "complex128"])
+@pytest.mark.parametrize("upper", [False, True])
+@pytest.mark.parametrize(("x_shape", "y_batch", "m", "kept"), HALF_CASES)
+def test_large_systems_from_the_forwards_half(
+    xp, monkeypatch, x_shape, y_batch, m, kept, upper, dtype_name
+):
+    """NumPy (and PyTorch's CPU tensors, on their memory): past 64 unknowns the forward keeps
+    its first triangular solve and the factor's cotangent is one product from it
+    (`_numpy_grad`, row blocks of the used triangle, M not a multiple of them); without the
+    kept solve, the generic rule. Against the closed form in float64, NaN in the unused
+    triangle."""
+    from xpops.linalg import _numpy_grad
+
+    only_some_on_jax(xp, x_shape == HALF_CASES[1][0])
+    calls = []
+    product = _numpy_grad._triangle_product
+
+    def spy(*args):
+        calls.append(args[0].shape)
+        return product(*args)
+
+    monkeypatch.setattr(_numpy_grad, "_triangle_product", spy)
+    monkeypatch.setattr(_numpy_grad, "_BLOCK_ROWS", 32)
+    rng = np.random.default_rng(31)
+    b, factor, _, g = random_system(rng, x_shape, y_batch, m, dtype_name, upper)
+    out, (dx, dy) = pull(xp, b, factor, g, upper)
+    want_x, want_y = closed_form(b, factor, g, upper)
+    ours = backend_name(xp) in ("numpy", "torch")  # the NumPy engines: theirs
+    assert len(calls) == (1 if ours and kept else 0)
+    assert dx.dtype == dy.dtype == getattr(xp, dtype_name)
+    dx, dy = to_numpy(dx), to_numpy(dy)
+    assert dx.shape == b.shape
+    assert dy.shape == factor.shape
+    zeros = dy[..., unused_mask(m, upper)]
+    assert (zeros == 0).all()
+    assert not np.any(np.signbit(np.real(zeros)) | np.signbit(np.imag(zeros)))
+    tol = 2e-3 if dtype_name == "float32" else 1e-10
+    np.testing.assert_allclose(to_numpy(out), ref_solve(b, factor, upper), rtol=tol, atol=tol)
+    np.testing.assert_allclose(dy, want_y, rtol=tol, atol=tol * np.abs(want_y).max())
+    np.testing.assert_allclose(dx, want_x, rtol=tol, atol=tol * np.abs(want_x).max())
+
+
 # (x shape, factor batch, M): past SMALL_MAX_M, one system and batches, a vector, x broadcast
 # against the factor's batch; the factor broadcast against x's (the generic code)
 BLAS_CASES = [

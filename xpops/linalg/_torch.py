@@ -26,7 +26,7 @@ from .._lib._dispatch import Engines
 from .._lib._torch import bridge, engine_for, on_device
 from .._lib._typing import Array, Namespace
 
-__all__ = ["cholesky_solve", "solve_same_batch"]
+__all__ = ["backward_from_half", "cholesky_solve", "forward_keeping_half", "solve_same_batch"]
 
 _TORCH_MAX_M = 32  # torch.cholesky_solve for M up to this (see the module docstring)
 
@@ -81,3 +81,49 @@ def solve_same_batch(x: Array, y: Array, upper: bool) -> Array:
     if device.type == "cpu" and y.shape[-1] <= _TORCH_MAX_M:
         return _solve(x, y, upper)
     return on_device(_OWN_SAME_BATCH, device, x, y, upper)
+
+
+def _none(*args: Any) -> None:
+    return None
+
+
+# The backward rule's engines that keep the forward's first solve (`._vjp`), on the tensors'
+# memory: NumPy's for CPU tensors, CuPy's for CUDA ones, none for the rest
+_KEPT = Engines(
+    __package__,
+    numpy="._numpy_grad:forward",
+    cupy="._cupy_grad:forward",
+    dask=_none,
+    generic=_none,
+)
+_FROM_HALF = Engines(
+    __package__,
+    numpy="._numpy_grad:backward",
+    cupy="._cupy_grad:backward",
+    dask=_none,
+    generic=_none,
+)
+
+
+@functools.cache
+def _bridged(name: str) -> Callable[..., Any]:
+    return bridge(_KEPT if name == "kept" else _FROM_HALF)
+
+
+def forward_keeping_half(x: Any, y: Any, upper: bool) -> tuple[Any, Any] | None:
+    """The rule's forward keeping its first solve, for systems of more than 64 unknowns (the
+    engines' own limit); None for smaller ones, which are not handed over at all."""
+    if getattr(y, "ndim", 0) < 2 or y.shape[-1] <= 64:
+        return None
+    result: tuple[Any, Any] | None = _bridged("kept")(x, y, upper)
+    return result
+
+
+def backward_from_half(
+    g: Any, z: Any, u: Any, upper: bool, batch: tuple[int, ...], half: Any
+) -> tuple[Any, Any] | None:
+    """Both cotangents from the forward's kept `half`; None (nothing handed over) without one."""
+    if half is None:
+        return None
+    result: tuple[Any, Any] | None = _bridged("half")(g, z, u, upper, batch, half)
+    return result

@@ -14,9 +14,10 @@ where :math:`u` is the used triangle alone: the other triangle is never read by 
 so its cotangent is exactly 0 (and junk there, NaN included, does not reach the gradient).
 :math:`\bar B` is itself a `cholesky_solve`, the fast path of every engine. On CuPy, batches
 of small systems with a factor of their own compute both cotangents in one kernel that reads
-the factor once (`._cupy_grad.backward`), and larger real systems with a factor of their own
-take :math:`[Z\; \bar B]^H u` as :math:`[Y\; W]^H`, the first halves of the forward's and of
-:math:`\bar B`'s triangular solves, the forward keeping :math:`Y` (`._cupy_blas`).
+the factor once (`._cupy_grad.backward`). Systems of more than 64 unknowns with a factor of
+their own (real ones on CuPy) take :math:`[Z\; \bar B]^H u` as :math:`[Y\; W]^H`, the first
+halves of the forward's and of :math:`\bar B`'s triangular solves, the forward keeping
+:math:`Y` (`._cupy_blas` on CuPy, `._numpy_grad` on NumPy and PyTorch's CPU tensors).
 
 Complex inputs follow PyTorch's convention: for a real loss :math:`L`, the cotangent of
 :math:`w` is :math:`\partial L / \partial \operatorname{Re} w + i\,\partial L /
@@ -129,28 +130,30 @@ def _none(*args: Any) -> None:
     return None
 
 
-# The forward, keeping the first of its two solves, on CuPy for large real systems with a
-# factor of their own (`._cupy_grad.forward`); None elsewhere (the public function runs).
+# The forward, keeping the first of its two solves, for systems of more than 64 unknowns with a
+# factor of their own: on NumPy (`._numpy_grad.forward`, PyTorch's CPU tensors on their
+# memory) and on CuPy for real ones (`._cupy_grad.forward`); None elsewhere (the public
+# function runs).
 _KEPT = Engines(
     __package__,
-    numpy=_none,
+    numpy="._numpy_grad:forward",
     cupy="._cupy_grad:forward",
     dask=_none,
     generic=_none,
-    torch=_none,
+    torch="._torch:forward_keeping_half",
     jax=_none,
 )
 
-# Both cotangents at once on CuPy (`._cupy_grad.backward`): one kernel that reads the factor
-# once for batches of small systems, cuBLAS calls for large real systems; None elsewhere, and
-# the two steps above run.
+# Both cotangents at once: on CuPy (`._cupy_grad.backward`) one kernel that reads the factor
+# once for batches of small systems, cuBLAS calls for large real systems; on NumPy from the
+# forward's kept solve (`._numpy_grad.backward`); None elsewhere, and the two steps above run.
 _FUSED = Engines(
     __package__,
-    numpy=_none,
+    numpy="._numpy_grad:backward",
     cupy="._cupy_grad:backward",
     dask=_none,
     generic=_none,
-    torch=_none,
+    torch="._torch:backward_from_half",
     jax=_none,
 )
 
