@@ -219,6 +219,30 @@ def test_cholesky_solve_vmap():
     close(jax.jit(jax.vmap(jax.grad(loss)))(factors), want)
 
 
+def test_cholesky_solve_large_systems_grad_jit_vmap():
+    """Past 64 unknowns the rule's forward keeps its first triangular solve and the factor's
+    cotangent is one product from it (`xpops.linalg._jax`): grad under jit, both triangles,
+    and vmap of grad over factors, against the rule written out in NumPy (float64)."""
+    from .linalg.test_vjp import closed_form
+
+    rng = np.random.default_rng(5)
+    m, k = 70, 3
+    lower = np.tril(rng.standard_normal((2, m, m))) / m**0.5 + 2 * np.eye(m)
+    b, w = rng.standard_normal((m, k)), rng.standard_normal((m, k))
+    for upper in (False, True):
+        factor = np.swapaxes(lower, -1, -2) if upper else lower
+
+        def loss(bb, uu, upper=upper):
+            return jnp.sum(jnp.asarray(w) * cholesky_solve(bb, uu, upper))
+
+        gb, gu = jax.jit(jax.grad(loss, (0, 1)))(jnp.asarray(b), jnp.asarray(factor[0]))
+        want_b, want_u = closed_form(b, factor[0], w, upper)
+        close(gb, want_b, 1e-10)
+        close(gu, want_u, 1e-10)
+    grads = jax.vmap(jax.grad(lambda uu: loss(jnp.asarray(b), uu, False)))(jnp.asarray(lower))
+    close(grads, np.stack([closed_form(b, f, w, False)[1] for f in lower]), 1e-10)
+
+
 # ---- MultivariateNormal -------------------------------------------------------------------------
 
 LOC = np.array([0.1, -0.2, 0.3])
