@@ -220,9 +220,9 @@ def test_cholesky_solve_vmap():
 
 
 def test_cholesky_solve_large_systems_grad_jit_vmap():
-    """Past 64 unknowns the rule's forward keeps its first triangular solve and the factor's
-    cotangent is one product from it (`xpops.linalg._jax`): grad under jit, both triangles,
-    and vmap of grad over factors, against the rule written out in NumPy (float64)."""
+    """A system of more than 64 unknowns (where NumPy and CuPy take the rule's one-product
+    form): grad under jit, both triangles, and vmap of grad over factors, against the rule
+    written out in NumPy (float64)."""
     from .linalg.test_vjp import closed_form
 
     rng = np.random.default_rng(5)

@@ -10,12 +10,6 @@ right-hand sides, every distinct factor read once), as in the NumPy engine, and 
 right-hand sides are broadcast over the others. ``transpose_a`` with ``conjugate_a`` is the
 conjugate transpose of a complex factor.
 
-`forward_keeping_half` and `backward_from_half` are the backward rule's (`._vjp`) for systems
-of more than 64 unknowns with a factor of their own, as on NumPy (`._numpy_grad`): the forward
-keeps its first triangular solve ``Y``, and the factor's cotangent is one product from it and
-from the first solve ``W`` of the backward's own, ``-tril([dB X] [Y W]^H)`` (upper:
-``-triu([W Y] [X dB]^H)``), where the generic rule takes two products.
-
 Importing this module does not import JAX: the engines are reached once a JAX array exists.
 """
 
@@ -26,7 +20,7 @@ import numpy as np
 
 from .._lib._typing import Array, Namespace
 
-__all__ = ["backward_from_half", "cholesky_solve", "forward_keeping_half", "solve_triangular"]
+__all__ = ["cholesky_solve", "solve_triangular"]
 
 
 def _fold(b: Array, a: Array) -> tuple[Array, Array, Callable[[Array], Array]]:
@@ -84,40 +78,3 @@ def cholesky_solve(x: Array, y: Array, upper: bool, *, xp: Namespace | None = No
         return restore(_solve(factors, z, False, False))
     z = _solve(factors, rhs, True, False)  # L then L^H
     return restore(_solve(factors, z, True, True))
-
-
-# the dtypes of the kept solve: those the rule computes in (not float16 or bfloat16)
-_KEPT_DTYPES = frozenset({"float32", "float64", "complex64", "complex128"})
-
-
-def forward_keeping_half(x: Array, y: Array, upper: bool) -> tuple[Array, Array] | None:
-    """``(cholesky_solve(x, y, upper), the first solve's result)`` for two JAX arrays (or
-    tracers) of one float or complex dtype and one batch shape, of more than 64 unknowns,
-    nothing empty (the checks of the public function hold then); None otherwise."""
-    if x.dtype != y.dtype or str(x.dtype) not in _KEPT_DTYPES or x.ndim < 2 or y.ndim < 2:
-        return None
-    m = y.shape[-1]
-    same = x.shape[:-2] == y.shape[:-2] and x.shape[-2] == y.shape[-2] == m
-    if not same or m <= 64 or x.size == 0:
-        return None
-    half = _solve(y, x, not upper, upper)
-    return _solve(y, half, not upper, not upper), half
-
-
-def backward_from_half(
-    g: Array, z: Array, u: Array, upper: bool, batch: tuple[int, ...], half: Array | None
-) -> tuple[Array, Array] | None:
-    """``(A^-1 g, the factor's cotangent)`` from the forward's kept `half`; None without one
-    or where the factor's batch `batch` is broadcast against `g`'s."""
-    import jax
-
-    jnp = jax.numpy
-    if half is None or tuple(g.shape[:-2]) != batch or half.dtype != g.dtype:
-        return None
-    w = _solve(u, g, not upper, upper)
-    db = _solve(u, w, not upper, not upper)
-    first, second = ((w, half), (z, db)) if upper else ((db, z), (half, w))
-    left = -jnp.concatenate(first, axis=-1)
-    right = jnp.conj(jnp.swapaxes(jnp.concatenate(second, axis=-1), -1, -2))
-    product = left @ right
-    return db, jnp.triu(product) if upper else jnp.tril(product)

@@ -17,8 +17,7 @@ of small systems with a factor of their own compute both cotangents in one kerne
 the factor once (`._cupy_grad.backward`). Systems of more than 64 unknowns with a factor of
 their own (real ones on CuPy) take :math:`[Z\; \bar B]^H u` as :math:`[Y\; W]^H`, the first
 halves of the forward's and of :math:`\bar B`'s triangular solves, the forward keeping
-:math:`Y` (`._cupy_blas` on CuPy, `._numpy_grad` on NumPy and PyTorch's CPU tensors,
-`._jax` on JAX).
+:math:`Y` (`._cupy_blas` on CuPy, `._numpy_grad` on NumPy and PyTorch's CPU tensors).
 
 Complex inputs follow PyTorch's convention: for a real loss :math:`L`, the cotangent of
 :math:`w` is :math:`\partial L / \partial \operatorname{Re} w + i\,\partial L /
@@ -133,8 +132,8 @@ def _none(*args: Any) -> None:
 
 # The forward, keeping the first of its two solves, for systems of more than 64 unknowns with a
 # factor of their own: on NumPy (`._numpy_grad.forward`, PyTorch's CPU tensors on their
-# memory), JAX (`._jax`) and, for real ones, CuPy (`._cupy_grad.forward`); None elsewhere (the
-# public function runs).
+# memory) and on CuPy for real ones (`._cupy_grad.forward`); None elsewhere (the public
+# function runs).
 _KEPT = Engines(
     __package__,
     numpy="._numpy_grad:forward",
@@ -142,13 +141,12 @@ _KEPT = Engines(
     dask=_none,
     generic=_none,
     torch="._torch:forward_keeping_half",
-    jax="._jax:forward_keeping_half",
+    jax=_none,
 )
 
 # Both cotangents at once: on CuPy (`._cupy_grad.backward`) one kernel that reads the factor
-# once for batches of small systems, cuBLAS calls for large real systems; on NumPy and JAX from
-# the forward's kept solve (`._numpy_grad.backward`, `._jax`); None elsewhere, and the two
-# steps above run.
+# once for batches of small systems, cuBLAS calls for large real systems; on NumPy from the
+# forward's kept solve (`._numpy_grad.backward`); None elsewhere, and the two steps above run.
 _FUSED = Engines(
     __package__,
     numpy="._numpy_grad:backward",
@@ -156,7 +154,7 @@ _FUSED = Engines(
     dask=_none,
     generic=_none,
     torch="._torch:backward_from_half",
-    jax="._jax:backward_from_half",
+    jax=_none,
 )
 
 RULE = Rule("linalg.cholesky_solve", ("x", "y"), forward, backward)
