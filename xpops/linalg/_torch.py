@@ -14,6 +14,10 @@ From M = 64 the NumPy engine (BLAS ``trsm`` over the whole batch) is as fast or 
 1024, K = 64: 22 against 48 ms). So systems of M <= `_TORCH_MAX_M` go to PyTorch; its
 result, which LAPACK leaves column-major, is made C-contiguous as the contract says.
 
+`forward_keeping_half` and `backward_from_half` are the backward rule's engines (`._vjp`) for
+tensors: they hand systems of more than 64 unknowns to the NumPy or CuPy engines that keep the
+forward's first solve (`._numpy_grad`, `._cupy_grad`), and nothing smaller.
+
 Importing this module imports neither PyTorch nor CuPy.
 """
 
