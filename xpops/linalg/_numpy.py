@@ -55,7 +55,7 @@ from scipy.linalg import blas
 
 from .._lib._typing import Namespace
 
-__all__ = ["cholesky_solve", "solve_triangular"]
+__all__ = ["BLAS_DTYPES", "cholesky_solve", "solve_triangular"]
 
 _SMALL_WORK = 2048  # vectorized substitution while M*M*(right-hand sides) <= this; BLAS above
 _CHUNK_BYTES = 1 << 20  # factors per vectorized chunk: about this many bytes of them
@@ -115,6 +115,8 @@ _TRSM = {
         ("z", np.complex128),
     )
 }
+#: The dtypes that the BLAS path takes (SciPy's BLAS has no long double)
+BLAS_DTYPES = frozenset(_TRSM)
 
 
 def _trsm_steps(lower: bool, conj_trans: bool) -> tuple[int, int]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ._numpy import _TRSM, solve_triangular
+from ._numpy import BLAS_DTYPES, solve_triangular
 
 __all__ = ["MIN_M", "backward", "forward"]
 
@@ -40,7 +40,7 @@ def forward(x: Any, y: Any, upper: bool) -> tuple[np.ndarray, np.ndarray] | None
     otherwise."""
     if type(x) is not np.ndarray or type(y) is not np.ndarray:
         return None
-    if x.dtype != y.dtype or x.dtype not in _TRSM or x.ndim < 2 or y.ndim < 2:
+    if x.dtype != y.dtype or x.dtype not in BLAS_DTYPES or x.ndim < 2 or y.ndim < 2:
         return None
     m = y.shape[-1]
     same = x.shape[:-2] == y.shape[:-2] and x.shape[-2] == y.shape[-2] == m
