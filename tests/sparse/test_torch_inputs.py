@@ -196,6 +196,57 @@ def test_cuda_matches_the_cpu(device, layout, shape, sdim):
         np.testing.assert_array_equal(got.values().cpu().numpy(), want.values().numpy())
 
 
+@pytest.mark.parametrize(("xi", "yi"), [("int32", "int32"), ("int32", "int64"), ("int64", "int64")])
+def test_cuda_csr_index_dtypes(device, xi, yi):
+    """CSR operands of each pair of index dtypes, large enough for the tiled kernels: the
+    CUDA result equals the CPU's, in x's index dtype."""
+    if device.type != "cuda":
+        pytest.skip("CUDA only")
+    rng = np.random.default_rng(22)
+    shape = (3000, 4000)
+    x = random_sparse(rng, shape, 60_000, unique=True, zeros=0.01)
+    y = random_sparse(rng, shape, 50_000, unique=True, zeros=0.01)
+    cpu = [csr(x, shape, "float32", index=xi), csr(y, shape, "float32", index=yi)]
+    want = xpops.sparse.divide(*cpu)
+    got = xpops.sparse.divide(*(t.to(device) for t in cpu))
+    assert got.crow_indices().dtype == want.crow_indices().dtype == getattr(torch, xi)
+    assert torch.equal(got.crow_indices().cpu(), want.crow_indices())
+    assert torch.equal(got.col_indices().cpu(), want.col_indices())
+    np.testing.assert_array_equal(got.values().cpu().numpy(), want.values().numpy())
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_cuda_overlapping_patterns(device, layout):
+    """Large operands (the tiled kernels) sharing half of x's positions, with long runs of
+    y alone: the CUDA result (COO: the columns written into the coordinates by the union's
+    kernels; CSR of int64 indices: int32 kernels writing int64 ones) equals the CPU's."""
+    if device.type != "cuda":
+        pytest.skip("CUDA only")
+    rng = np.random.default_rng(23)
+    shape = (500, 70_000)
+    x = random_sparse(rng, shape, 40_000, unique=True, zeros=0.01)
+    keys = np.ravel_multi_index(x.coords, shape)
+    shared = rng.choice(keys, keys.size // 2, replace=False)
+    run_of_y = np.arange(3 * 70_000 + 5, 3 * 70_000 + 20_005)  # one long row stretch
+    own = np.setdiff1d(rng.choice(shape[0] * shape[1], 30_000, replace=False), keys)
+    ykeys = np.unique(np.concatenate([shared, np.setdiff1d(run_of_y, keys), own]))
+    vals = rng.integers(1, 9, ykeys.size) * rng.choice([-1.0, 1.0], ykeys.size) / 4
+    y = Entries(vals, np.unravel_index(ykeys, shape))
+    make = coo if layout == "coo" else csr
+    for dtype in ("float32", "float64"):
+        cpu = [make(x, shape, dtype), make(y, shape, dtype)]
+        want = xpops.sparse.divide(*cpu)
+        got = xpops.sparse.divide(*(t.to(device) for t in cpu))
+        if layout == "coo":
+            assert got.is_coalesced()
+            assert torch.equal(got.indices().cpu(), want.indices())
+        else:
+            assert got.col_indices().dtype == torch.int64
+            assert torch.equal(got.crow_indices().cpu(), want.crow_indices())
+            assert torch.equal(got.col_indices().cpu(), want.col_indices())
+        np.testing.assert_array_equal(got.values().cpu().numpy(), want.values().numpy())
+
+
 # ---- property test ----------------------------------------------------------------------------
 
 _VALUES = [-4.0, -2.5, -1.0, -0.0, 0.0, 0.5, 1.0, 3.0]

@@ -23,6 +23,7 @@ __all__ = [
     "grid_1d",
     "multiprocessors",
     "read_int",
+    "read_int_at",
     "scratch",
 ]
 
@@ -106,22 +107,28 @@ def read_int(a: cupy.ndarray, index: int) -> int:
     ``cupyx.allow_synchronize(False)`` does not see: the callers make it only where the size
     of a result depends on the data.
     """
-    c_int = _C_INTS.get((a.dtype.kind, a.itemsize))
-    if c_int is None or not a.flags.c_contiguous:
+    if (a.dtype.kind, a.itemsize) not in _C_INTS or not a.flags.c_contiguous:
         msg = f"read_int reads C-contiguous arrays of integers of at most 8 bytes, got {a!r}"
         raise ValueError(msg)
+    index = range(a.size)[index]  # negative indices from the end; IndexError past it
+    if a.data.device_id != cupy.cuda.runtime.getDevice():
+        with a.device:
+            return read_int(a, index)
+    return read_int_at(a.data.ptr + index * a.itemsize, a.dtype)
+
+
+def read_int_at(address: int, dtype: np.dtype) -> int:
+    """The integer of NumPy `dtype` (at most 8 bytes) at device `address` of the current
+    device, read as `read_int` reads (memory that no CuPy array holds, such as a PyTorch
+    tensor's)."""
+    c_int = _C_INTS[(dtype.kind, dtype.itemsize)]
     pinned = getattr(_PINNED, "buffer", None)
     if pinned is None:
         memory = cupy.cuda.alloc_pinned_memory(8)
         pinned = _PINNED.buffer = (memory, memory.ptr)
-    index = range(a.size)[index]  # negative indices from the end; IndexError past it
-    runtime = cupy.cuda.runtime
-    if a.data.device_id != runtime.getDevice():
-        with a.device:
-            return read_int(a, index)
     stream = cupy.cuda.get_current_stream()
-    src = a.data.ptr + index * a.itemsize
-    runtime.memcpyAsync(pinned[1], src, a.itemsize, runtime.memcpyDefault, stream.ptr)
+    runtime = cupy.cuda.runtime
+    runtime.memcpyAsync(pinned[1], address, dtype.itemsize, runtime.memcpyDefault, stream.ptr)
     stream.synchronize()
     return int(c_int.from_address(pinned[1]).value)
 

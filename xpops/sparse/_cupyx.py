@@ -1,7 +1,8 @@
 """CuPy engine of sparse.divide: cupyx operands, divided by the kernels of `_cupyx_kernels`
 (the families `_cupyx_match` and `_cupyx_fill`), and the arrays of PyTorch's CUDA tensors
-(`divide_csr`; `divide_coo` with the kernels of `_cupyx_coo`; called by `_torch` through
-DLPack on PyTorch's current stream).
+(`divide_csr_into` and `divide_coo_into`, on their addresses, or `divide_csr` and `divide_coo`
+with the kernels of `_cupyx_coo`, on CuPy views; called by `_torch` on PyTorch's current
+stream).
 
 The result's layout follows `x`: a CSC `x` is divided as the CSR rows of its transpose (a
 column-wise merge on the CSC operand's own arrays) and gives a CSC result; a CSR or COO `x`
@@ -20,13 +21,14 @@ host's launches and that synchronisation.
 """
 
 import math
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import cupy
 import cupyx.scipy.sparse as csp
 import numpy as np
 
-from .._lib._cuda import grid_1d, multiprocessors, read_int, scratch
+from .._lib._cuda import grid_1d, multiprocessors, read_int, read_int_at, scratch
 from .._lib._dtypes import INT32_MAX, dtype_name
 from ._common import quotient_dtype
 from ._cupyx_coo import coo_kernels
@@ -38,13 +40,17 @@ from ._host import index_dtype
 from ._views import compressed
 
 __all__ = [
+    "CsrPointers",
     "coo_indices",
     "csr_of_coo",
     "divide",
     "divide_coo",
+    "divide_coo_into",
     "divide_csr",
+    "divide_csr_into",
     "divide_dense",
     "divide_scalar",
+    "queue_union",
 ]
 
 _INT32 = np.dtype(np.int32)
@@ -148,29 +154,79 @@ def _union(xc: Any, yc: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
     nx, ny = int(xidx.size), int(yidx.size)
     if nx == 0:  # the pattern of y, 0 / y
         return _values(None, 0, yc.data, 1, 0, ny, dtype), yidx.copy(), yptr.copy()
-    p_xptr, p_xidx, p_yptr, p_yidx = (a.data.ptr for a in (xptr, xidx, yptr, yidx))
-    p_xdat, p_ydat = xc.data.data.ptr, yc.data.data.ptr
-    # The result is written into buffers of the largest possible size, nx + ny, so that every
-    # kernel is queued before the one host synchronisation: sized exactly after it, the GPU
-    # would idle while the host allocates them and launches the last kernels.
-    indptr = cupy.empty(rows + 1, dtype=index)
-    indices = cupy.empty(nx + ny, dtype=index)
-    data = cupy.empty(nx + ny, dtype=dtype)
-    p_indptr, p_indices, p_data = indptr.data.ptr, indices.data.ptr, data.data.ptr
-    if rows <= SMALL_ROWS and nx + ny <= SMALL_ENTRIES:  # two launches instead of six
-        small = small_kernels(dtype, index)
+    buffers: list[Any] = []
+
+    def allocate() -> tuple[int, int, int]:
+        indptr = cupy.empty(rows + 1, dtype=index)
+        indices = cupy.empty(nx + ny, dtype=index)
+        data = cupy.empty(nx + ny, dtype=dtype)
+        buffers.extend((data, indices, indptr))
+        return indptr.data.ptr, indices.data.ptr, data.data.ptr
+
+    x = CsrPointers(xptr.data.ptr, xidx.data.ptr, xc.data.data.ptr)
+    y = CsrPointers(yptr.data.ptr, yidx.data.ptr, yc.data.data.ptr)
+    queue_union(x, y, rows, nx, ny, index, dtype, allocate)
+    return _cut(*buffers)
+
+
+def small(rows: int, nx: int, ny: int) -> bool:
+    """Whether `queue_union` merges operands of `rows` rows and `nx` + `ny` entries by the
+    two small-operand kernels (`_cupyx_small`) rather than the tiled pipeline."""
+    return rows <= SMALL_ROWS and nx + ny <= SMALL_ENTRIES
+
+
+class CsrPointers(NamedTuple):
+    """The device addresses of an operand's canonical CSR arrays (row pointers, column indices
+    and values), as `queue_union` reads them."""
+
+    indptr: int
+    indices: int
+    data: int
+
+
+def queue_union(
+    x: CsrPointers,
+    y: CsrPointers,
+    rows: int,
+    nx: int,
+    ny: int,
+    index: np.dtype,
+    dtype: np.dtype,
+    allocate: Callable[[], tuple[int, int, int]],
+    out_index: np.dtype | None = None,
+    coo: bool = False,
+) -> None:
+    """Queue on the current stream the kernels that write x / y on the union of the patterns
+    of `x` and `y` (`nx` >= 1 and `ny` entries, `rows` rows, indices of `index`, values of
+    `dtype`) into the buffers that ``allocate()`` returns the addresses of: row pointers
+    (rows + 1, of `index`), indices (of `out_index`, default `index`) and values (nx + ny
+    each), to be cut to the union's size, the last row pointer. `allocate` is called once the
+    first kernels are queued, so that the GPU works while the host allocates the result: on
+    `_union`'s arrays, or a PyTorch caller's tensors.
+
+    With `coo` (tiled operands only, see `small`) the indices buffer holds 2 * (nx + ny)
+    int64 and the columns are written from the union's size on (found by the kernels), so
+    that its first 2 * size elements are a COO result's (2, size) coordinates once
+    `coo_indices` has written the rows before them.
+
+    The result is written into buffers of the largest possible size, nx + ny, so that every
+    kernel is queued before the one host synchronisation: sized exactly after it, the GPU
+    would idle while the host allocates them and launches the last kernels."""
+    out_index = index if out_index is None else out_index
+    if out_index == index and not coo and small(rows, nx, ny):  # two launches instead of six
+        merge = small_kernels(dtype, index)
         blocks = -(-(nx + ny) // (SMALL_ITEMS * SMALL_BLOCK))
         threads = blocks * SMALL_BLOCK
         # each thread's count and start (int64), held until both kernels are queued
         temporary = cupy.cuda.alloc(2 * 8 * threads)
         counts, starts = temporary.ptr, temporary.ptr + 8 * threads
-        args: tuple[int, ...] = (p_xptr, p_xidx, p_yptr, p_yidx, rows, nx, ny, counts, starts)
-        small["count"](blocks, SMALL_BLOCK, args)
-        args = (p_xptr, p_xidx, p_xdat, p_yptr, p_yidx, p_ydat, rows, nx, ny, counts, starts)
-        small["write"](blocks, SMALL_BLOCK, (*args, p_indptr, p_indices, p_data))
+        args: tuple[int, ...] = (*x[:2], *y[:2], rows, nx, ny, counts, starts)
+        merge["count"](blocks, SMALL_BLOCK, args)
+        args = (*x, *y, rows, nx, ny, counts, starts)
+        merge["write"](blocks, SMALL_BLOCK, (*args, *allocate()))
         del temporary
-        return _cut(data, indices, indptr)
-    match, fill = match_kernels(index), fill_kernels(dtype, index)
+        return
+    match, fill = match_kernels(index), fill_kernels(dtype, index, out_index)
     tiles = -(-nx // (32 * ITEMS))
     chunks = -(-tiles // (4 * THREADS))  # blocks of `scan`
     # chunks `fill` queues at most: one a run longer than RUN, plus one a CHUNK of y's entries
@@ -185,20 +241,20 @@ def _union(xc: Any, yc: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
     first, last, status, tickets, lb, bits, counts, prefix, queue = buffers
     queued = tickets + 8
     # tile_rows also clears the flags and both counters
-    args = (p_xptr, rows, nx, first, last, status, tickets)
+    args = (x.indptr, rows, nx, first, last, status, tickets)
     match["tile_rows"](-(-max(rows, chunks) // THREADS), THREADS, args)
-    args = (p_xptr, p_xidx, p_yptr, p_yidx, first, last, nx, lb, bits, counts)
+    args = (*x[:2], *y[:2], first, last, nx, lb, bits, counts)
     match["match"](_blocks(32 * tiles), THREADS, args)
     match["scan"](chunks, THREADS, (counts, tiles, prefix, tickets, status))
-    args = (p_xptr, p_yptr, bits, prefix, rows, nx, p_indptr)
+    p_indptr, p_indices, p_data = allocate()
+    args = (x.indptr, y.indptr, bits, prefix, rows, nx, p_indptr)
     match["indptr"](-(-(rows + 1) // THREADS), THREADS, args)
-    args = (p_xidx, p_xdat, p_yidx, p_ydat, lb, bits, prefix, nx, ny, SLOTS_CAP)
-    args += (p_indices, p_data, queued, queue)
+    args = (x.indices, x.data, y.indices, y.data, lb, bits, prefix, nx, ny, SLOTS_CAP)
+    args += (p_indices, p_data, queued, queue, int(coo))
     fill["fill"](_blocks(32 * tiles), THREADS, args)
-    args = (p_yidx, p_ydat, queued, queue, p_indices, p_data)
+    args = (y.indices, y.data, queued, queue, p_indices, p_data, prefix, nx, ny, int(coo))
     fill["runs"](_blocks(32 * queued_most), THREADS, args)  # a warp a chunk
     del owner  # every kernel using the temporaries is queued (the pool reuses in stream order)
-    return _cut(data, indices, indptr)
 
 
 def _cut(data: Any, indices: Any, indptr: Any) -> tuple[Any, Any, Any]:
@@ -366,16 +422,104 @@ def divide_csr(
     return indptr, indices, data
 
 
+def divide_csr_into(
+    x: tuple[int, int, int],
+    y: tuple[int, int, int],
+    rows: int,
+    nx: int,
+    ny: int,
+    index: Any,
+    out_index: Any,
+    dtype: Any,
+    allocate: Callable[[], tuple[int, int, int]],
+) -> int:
+    """x / y of two canonical CSR operands of `rows` rows given by the device addresses of
+    their arrays (row pointers and `nx` >= 1, `ny` column indices of dtype `index`, values of
+    the result's `dtype`), written into the buffers whose addresses ``allocate()`` returns
+    (`queue_union`: row pointers of `index`, indices of `out_index`); returns the union's
+    size, read back (the one host synchronisation).
+
+    The engine of PyTorch's CUDA CSR tensors of one value an entry: no array is made of their
+    memory, and the result is made by the caller, so that neither crosses over by DLPack."""
+    index, out_index, dtype = np.dtype(index), np.dtype(out_index), np.dtype(dtype)
+    made: list[int] = []
+
+    def allocated() -> tuple[int, int, int]:
+        out = allocate()
+        made.append(out[0])
+        return out
+
+    x_, y_ = CsrPointers(*x), CsrPointers(*y)
+    queue_union(x_, y_, rows, nx, ny, index, dtype, allocated, out_index)
+    return read_int_at(made[0] + rows * index.itemsize, index)
+
+
+def divide_coo_into(
+    x: tuple[int, int],
+    y: tuple[int, int],
+    nx: int,
+    ny: int,
+    shape: tuple[int, int],
+    dtype: Any,
+    allocate_values: Callable[[], int],
+    allocate_coords: Callable[[int], int],
+) -> int:
+    """x / y of two coalesced COO operands of 2-D sparse `shape` given by the device
+    addresses of their (2, n) int64 coordinates and their values (`nx` >= 1 and `ny` entries,
+    one value of the result's `dtype` an entry); returns the union's size ``nnz`` (the one host
+    synchronisation).
+
+    The quotients are written into the buffer of nx + ny values whose address
+    ``allocate_values()`` returns, the coordinates into the int64 buffer of
+    ``allocate_coords(n)`` (n elements): its first 2 * nnz elements are the (2, nnz)
+    coordinates, the caller cuts both. As `divide_coo`, for PyTorch's CUDA COO tensors, with
+    no array made of their memory and the result made by the caller. Tiled operands have their
+    columns written by the union's kernels straight into a buffer of 2 * (nx + ny) (asked for
+    before the synchronisation), and only the rows after it; small ones get a buffer of
+    2 * nnz and both."""
+    rows, ncols = shape
+    index = index_dtype(nx + ny, ncols, rows + 1)
+    xptr, xidx = _csr_of_coo_at(x[0], nx, rows, index)
+    yptr, yidx = _csr_of_coo_at(y[0], ny, rows, index)
+    fused = not small(rows, nx, ny)
+    buffers: list[Any] = []
+    coords: list[int] = []
+
+    def allocate() -> tuple[int, int, int]:
+        indptr = cupy.empty(rows + 1, dtype=index)
+        buffers.append(indptr)
+        if fused:
+            coords.append(allocate_coords(2 * (nx + ny)))
+            return indptr.data.ptr, coords[0], allocate_values()
+        buffers.append(cupy.empty(nx + ny, dtype=index))
+        return indptr.data.ptr, buffers[1].data.ptr, allocate_values()
+
+    xp = CsrPointers(xptr.data.ptr, xidx.data.ptr, x[1])
+    yp = CsrPointers(yptr.data.ptr, yidx.data.ptr, y[1])
+    out_index = np.dtype(np.int64) if fused else index
+    queue_union(xp, yp, rows, nx, ny, index, np.dtype(dtype), allocate, out_index, fused)
+    nnz = read_int(buffers[0], -1)
+    if fused:
+        _coo_indices_at(buffers[0], None, nnz, coords[0])
+    else:
+        _coo_indices_at(buffers[0], buffers[1], nnz, allocate_coords(2 * nnz))
+    return nnz
+
+
 def csr_of_coo(coords: Any, rows: int, index: Any) -> tuple[Any, Any]:
     """(indptr, indices) of `index` dtype of sorted unique 2-D COO coordinates `coords`
     ((2, n) int64) of `rows` rows: one kernel."""
     coords = cupy.ascontiguousarray(coords)
-    n = int(coords.shape[1])
+    return _csr_of_coo_at(coords.data.ptr, int(coords.shape[1]), rows, index)
+
+
+def _csr_of_coo_at(address: int, n: int, rows: int, index: Any) -> tuple[Any, Any]:
+    """`csr_of_coo` of the (2, n) int64 coordinates at device `address`."""
     if n == 0:
         return cupy.zeros(rows + 1, dtype=index), cupy.empty(0, dtype=index)
     indptr, indices = cupy.empty(rows + 1, dtype=index), cupy.empty(n, dtype=index)
     kernel = coo_kernels(dtype_name(index))["csr_of_coo"]
-    args = (coords.data.ptr, n, rows, indptr.data.ptr, indices.data.ptr)
+    args = (address, n, rows, indptr.data.ptr, indices.data.ptr)
     kernel(_blocks(max(n, rows + 1)), THREADS, args)
     return indptr, indices
 
@@ -400,11 +544,18 @@ def coo_indices(indptr: Any, indices: Any) -> Any:
     indptr, indices = map(cupy.ascontiguousarray, (indptr, indices))
     if indptr.dtype != indices.dtype:
         indptr, indices = (a.astype(np.int64, copy=False) for a in (indptr, indices))
-    rows, n = int(indptr.size) - 1, int(indices.size)
+    n = int(indices.size)
     out = cupy.empty((2, n), dtype=np.int64)
-    if n:
-        kernel = coo_kernels(dtype_name(indices.dtype))["coo_indices"]
-        kernel(
-            _blocks(32 * rows), THREADS, (indptr.data.ptr, indices.data.ptr, rows, n, out.data.ptr)
-        )
+    _coo_indices_at(indptr, indices, n, out.data.ptr)
     return out
+
+
+def _coo_indices_at(indptr: Any, indices: Any | None, n: int, address: int) -> None:
+    """`coo_indices` of the first `n` entries of CSR arrays `indptr`, `indices` (contiguous,
+    of one dtype; n = indptr[-1]) into the (2, n) int64 buffer at device `address`; with
+    `indices` None, its first row only (the rows)."""
+    if n:
+        rows = int(indptr.size) - 1
+        kernel = coo_kernels(dtype_name(indptr.dtype))["coo_indices"]
+        idx = 0 if indices is None else indices.data.ptr
+        kernel(_blocks(32 * rows), THREADS, (indptr.data.ptr, idx, rows, n, address))

@@ -36,8 +36,9 @@ xpops_sparse_csr_of_coo(const long long* __restrict__ coords, const long long n,
 }
 
 // The coordinates of CSR arrays as a (2, n) int64 COO index array: each entry's row, then its
-// column. A warp a row: consecutive lanes write consecutive entries (rows of any length
-// coalesce; an empty row costs its warp two loads).
+// column (a null `idx`: the rows only, the columns being written already). A warp a row:
+// consecutive lanes write consecutive entries (rows of any length coalesce; an empty row
+// costs its warp two loads).
 template <typename I>
 __global__ void __launch_bounds__(THREADS)
 xpops_sparse_coo_indices(const I* __restrict__ indptr, const I* __restrict__ idx,
@@ -49,7 +50,7 @@ xpops_sparse_coo_indices(const I* __restrict__ indptr, const I* __restrict__ idx
         const long long end = indptr[r + 1];
         for (long long k = (long long)indptr[r] + lane; k < end; k += 32) {
             out[k] = r;
-            out[n + k] = (long long)idx[k];
+            if (idx) out[n + k] = (long long)idx[k];
         }
     }
 }

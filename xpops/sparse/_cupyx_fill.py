@@ -46,12 +46,12 @@ __device__ __forceinline__ unsigned warp_or(unsigned v) {
 // One tile of `fill` lane by lane: each lane writes its entries of x, the warp copies the
 // lanes' short runs together (coalesced reads of y, scattered writes), runs longer than RUN
 // are queued. Used for tiles whose slots (below) exceed the cap: long runs inside the tile.
-template <typename T, typename I>
+template <typename T, typename I, typename O>
 __device__ __forceinline__ void fill_tile_lanes(
     const I* __restrict__ xidx, const T* __restrict__ xdat, const I* __restrict__ yidx,
     const T* __restrict__ ydat, const I* __restrict__ lb, const unsigned* __restrict__ bits,
     const long long w, long long c, const long long nx, const long long ny,
-    I* __restrict__ oidx, T* __restrict__ odat, unsigned long long* __restrict__ queued,
+    O* __restrict__ oidx, T* __restrict__ odat, unsigned long long* __restrict__ queued,
     long long* __restrict__ queue) {
     const unsigned full = 0xffffffffu;
     const int lane = threadIdx.x & 31;
@@ -66,7 +66,7 @@ __device__ __forceinline__ void fill_tile_lanes(
         long long f0 = 0, f1 = 0, o = 0;
         if (e < nx) {
             const long long p = lb[e];
-            oidx[q + p] = xidx[e];
+            oidx[q + p] = (O)xidx[e];
             odat[q + p] = quotient(xdat[e], match ? ydat[p] : T(0));
             f0 = p + (match ? 1 : 0);
             f1 = e + 1 < nx ? (long long)lb[e + 1] : ny;
@@ -97,11 +97,20 @@ __device__ __forceinline__ void fill_tile_lanes(
             const long long f = __shfl_sync(full, f0, lo) + (j - __shfl_sync(full, start, lo));
             const long long at = __shfl_sync(full, o, lo) + f;
             if (j < total) {
-                oidx[at] = yidx[f];
+                oidx[at] = (O)yidx[f];
                 odat[at] = quotient(T(0), ydat[f]);
             }
         }
     }
+}
+
+// Where the indices go: `oidx` itself, or for a COO result (`coo`) the second row of the
+// (2, size) coordinates at `oidx`, past the union's `size` entries (nx + ny less the matches,
+// P[tiles], known once `scan` has run); the rows are written later (`coo_indices`).
+template <typename O, typename I>
+__device__ __forceinline__ O* index_out(O* oidx, const I* __restrict__ P, long long nx,
+                                        long long ny, int coo) {
+    return coo ? oidx + (nx + ny - (long long)P[(nx + TILE - 1) / TILE]) : oidx;
 }
 
 // Pass 2, over the same tiles of x, no searching. Entry e of x goes to
@@ -118,14 +127,16 @@ __device__ __forceinline__ void fill_tile_lanes(
 // `runs` kernel, and tiles of more than `cap` slots up to their last entry of x (long runs
 // inside) are written lane by lane, so that no warp copies a long row of y alone. Tile 0
 // queues the entries of y before the first entry of x.
-template <typename T, typename I>
+template <typename T, typename I, typename O>
 __global__ void __launch_bounds__(THREADS)
 xpops_sparse_divide_fill(const I* __restrict__ xidx, const T* __restrict__ xdat,
                          const I* __restrict__ yidx, const T* __restrict__ ydat,
                          const I* __restrict__ lb, const unsigned* __restrict__ bits,
                          const I* __restrict__ P, const long long nx, const long long ny,
-                         const int cap, I* __restrict__ oidx, T* __restrict__ odat,
-                         unsigned long long* __restrict__ queued, long long* __restrict__ queue) {
+                         const int cap, O* __restrict__ out_idx, T* __restrict__ odat,
+                         unsigned long long* __restrict__ queued, long long* __restrict__ queue,
+                         const int coo) {
+    O* __restrict__ oidx = index_out(out_idx, P, nx, ny, coo);
     __shared__ int slot_all[THREADS / 32][TILE];  // an entry's slot | its match bit << 31
     int* slot = slot_all[threadIdx.x >> 5];
     const int lane = threadIdx.x & 31;
@@ -175,7 +186,7 @@ xpops_sparse_divide_fill(const I* __restrict__ xidx, const T* __restrict__ xdat,
         const T* __restrict__ xdb = xdat + base;
         const I* __restrict__ yb = yidx + lb0;
         const T* __restrict__ ydb = ydat + lb0;
-        I* __restrict__ ob = oidx + out0;
+        O* __restrict__ ob = oidx + out0;
         T* __restrict__ odb = odat + out0;
         int xs = 0, ms = 0;  // entries of x and matches in the slots before this step's
         for (int s0 = 0; s0 < slots; s0 += 32 * STEPS) {
@@ -211,7 +222,7 @@ xpops_sparse_divide_fill(const I* __restrict__ xidx, const T* __restrict__ xdat,
             for (int k = 0; k < STEPS; ++k) {
                 const int at = s0 + 32 * k + lane;
                 if (at < slots) {
-                    ob[at] = col[k];
+                    ob[at] = (O)col[k];
                     odb[at] = quotient(num[k], den[k]);
                 }
             }
@@ -221,12 +232,15 @@ xpops_sparse_divide_fill(const I* __restrict__ xidx, const T* __restrict__ xdat,
 }
 
 // The queued runs: chunk c copies y entries queue[3c] .. queue[3c + 1] - 1 to output positions
-// queue[3c + 2] + f, holding 0 / y; a warp a chunk.
-template <typename T, typename I>
+// queue[3c + 2] + f, holding 0 / y; a warp a chunk. Indices go where `fill` writes them.
+template <typename T, typename I, typename O>
 __global__ void xpops_sparse_divide_runs(const I* __restrict__ yidx, const T* __restrict__ ydat,
                                          const unsigned long long* __restrict__ queued,
                                          const long long* __restrict__ queue,
-                                         I* __restrict__ oidx, T* __restrict__ odat) {
+                                         O* __restrict__ out_idx, T* __restrict__ odat,
+                                         const I* __restrict__ P, const long long nx,
+                                         const long long ny, const int coo) {
+    O* __restrict__ oidx = index_out(out_idx, P, nx, ny, coo);
     const int lane = threadIdx.x & 31;
     const long long warps = ((long long)gridDim.x * blockDim.x) >> 5;
     const long long n = (long long)*queued;
@@ -235,7 +249,7 @@ __global__ void xpops_sparse_divide_runs(const I* __restrict__ yidx, const T* __
         const long long f0 = queue[3 * c], f1 = queue[3 * c + 1], o = queue[3 * c + 2];
 #pragma unroll 4
         for (long long f = f0 + lane; f < f1; f += 32) {
-            oidx[o + f] = yidx[f];
+            oidx[o + f] = (O)yidx[f];
             odat[o + f] = quotient(T(0), ydat[f]);
         }
     }
@@ -275,18 +289,21 @@ __global__ void xpops_sparse_divide_values(const T* __restrict__ a, const T a_va
 
 # FastKernel signatures (p pointer, q 64-bit, i 32-bit integer) of the kernels launched on every
 # division; ``values`` and ``sum_runs`` take values (and launch as RawKernels)
-_SIGNATURES = {"fill": "pppppppqqipppp", "runs": "pppppp"}
+_SIGNATURES = {"fill": "pppppppqqippppi", "runs": "pppppppqqi"}
 
 
 @cupy.memoize(for_each_device=True)
-def fill_kernels(dtype: np.dtype, index: np.dtype) -> dict[str, Any]:
-    """``fill``, ``runs``, ``values`` and ``sum_runs`` for values of `dtype` and indices of
-    dtype `index`, compiled on first use for the current device (keyed by the dtypes, as
-    `match_kernels`)."""
+def fill_kernels(
+    dtype: np.dtype, index: np.dtype, out_index: np.dtype | None = None
+) -> dict[str, Any]:
+    """``fill``, ``runs``, ``values`` and ``sum_runs`` for values of `dtype`, operands'
+    indices of dtype `index` and the result's of `out_index` (default `index`), compiled on
+    first use for the current device (keyed by the dtypes, as `match_kernels`)."""
     t, i = c_type(dtype_name(dtype), "complex"), INDEX_C_TYPES[dtype_name(index)]
+    o = INDEX_C_TYPES[dtype_name(index if out_index is None else out_index)]
     names = {
-        "fill": f"xpops_sparse_divide_fill<{t}, {i}>",
-        "runs": f"xpops_sparse_divide_runs<{t}, {i}>",
+        "fill": f"xpops_sparse_divide_fill<{t}, {i}, {o}>",
+        "runs": f"xpops_sparse_divide_runs<{t}, {i}, {o}>",
         "values": f"xpops_sparse_divide_values<{t}>",
         "sum_runs": f"xpops_sparse_sum_runs<{t}>",
     }

@@ -7,13 +7,17 @@ CSR tensor), the columns the last sparse index, and each entry holds its block o
 Where the rows would be too many for row pointers (COO tensors of several large sparse
 dimensions), the frame is the tensor's row-major keys folded into about a row per
 FOLD_ROW_ENTRIES entries, as in `_host.Frame`. The union is then merged by the op's NumPy
-engine for CPU tensors (`_host.divide_csr`) and by its CuPy kernels for CUDA tensors
-(`_cupyx.divide_csr`), on views of the tensors' memory through DLPack, on PyTorch's current
-stream (`_lib._torch.on_device`).
-The result comes back the same way and is put in x's layout. Two COO tensors of two sparse
-dimensions in a natural frame (the common case: matrices) are handed over whole instead: the
-engine makes their row pointers, the union and the result's coordinates in one call
-(`_host.divide_coo`, `_cupyx.divide_coo`: one kernel each side of the union on CUDA).
+engine for CPU tensors (`_host.divide_csr`, on NumPy views of the tensors' memory through
+DLPack) and by its CuPy kernels for CUDA tensors, on PyTorch's current stream
+(`_lib._torch.run_on_cupy`). On CUDA the kernels read the tensors' memory by address and
+write into tensors made here (`_cupyx.divide_csr_into`), so that no tensor crosses over
+by DLPack either way: each crossing costs the host microseconds that, before the first
+launch and after the one synchronisation, the GPU spends idle. Blocks of values (hybrid
+tensors) go through CuPy views instead (`_cupyx.divide_csr`). The result is put in x's
+layout. Two COO tensors of two sparse dimensions in a natural frame (the common case:
+matrices) are handed over whole instead: the engine makes their row pointers, the union and
+the result's coordinates in one call (`_host.divide_coo`; `_cupyx.divide_coo_into`, whose
+union kernels write the result's columns straight into its coordinates).
 
 Values are divided in float32 for float16 and bfloat16 tensors (and complex64 for
 complex32), then rounded once to the result's dtype, as PyTorch's own kernels compute; the
@@ -30,6 +34,7 @@ import numpy as np
 
 from .._lib import _torch as _bridge
 from .._lib._dispatch import Engines
+from .._lib._dtypes import INT32_MAX
 from . import _torch_layout as layout
 from ._common import check_positions
 from ._host import FOLD_ROW_ENTRIES, NATURAL_ROWS_PER_ENTRY
@@ -64,6 +69,23 @@ _COO_2D_ENGINES = Engines(
     __package__,
     numpy="._host:divide_coo",
     cupy="._cupyx:divide_coo",
+    dask=_no_engine,
+    generic=_no_engine,
+)
+
+# The same on CUDA, for operands of one value an entry: the engine takes the addresses of the
+# tensors' memory and writes into tensors made here (no CuPy array of either, no DLPack).
+_CSR_INTO_ENGINES = Engines(
+    __package__,
+    numpy=_no_engine,
+    cupy="._cupyx:divide_csr_into",
+    dask=_no_engine,
+    generic=_no_engine,
+)
+_COO_INTO_ENGINES = Engines(
+    __package__,
+    numpy=_no_engine,
+    cupy="._cupyx:divide_coo_into",
     dask=_no_engine,
     generic=_no_engine,
 )
@@ -175,10 +197,82 @@ def _union(x: Any, y: Any, dtype: Any) -> tuple[Any, Any, Any, Any]:
         (xptr, xidx), (yptr, yidx) = frame.csr(xc), frame.csr(yc)
         ncols = frame.ncols
     xv, yv = xv.to(dtype), yv.to(dtype)
+    if x.device.type == "cuda" and xv.ndim == 1 and xidx.shape[0] > 0:
+        # a CSR x gives the result its index dtype (`_csr_result`)
+        wide = x.layout == torch.sparse_csr and x.crow_indices().dtype == torch.int64
+        return (frame, *_cuda_csr(xptr, xidx, xv, yptr, yidx, yv, ncols, dtype, wide))
     out = _bridge.on_device(
         _ARRAY_ENGINES, x.device, xptr, xidx, xv, yptr, yidx, yv, ncols, engine_dtype
     )
     return (frame, *out)
+
+
+def _cut(a: Any, n: int) -> Any:
+    """The first `n` entries of a result buffer: a copy where that keeps less than half of
+    it (the result does not hold twice the memory it needs), else a view."""
+    return a[:n].clone() if n < a.shape[0] // 2 else a[:n]
+
+
+def _cuda_csr(
+    xptr: Any, xidx: Any, xv: Any, yptr: Any, yidx: Any, yv: Any, ncols: int, dtype: Any,
+    wide: bool,
+) -> tuple[Any, Any, Any]:  # fmt: skip
+    """(indptr, indices, values) of x / y for the canonical CSR arrays of two CUDA operands of
+    one value an entry (x storing at least one), by `_cupyx.divide_csr_into` on their memory,
+    into tensors made here. The kernels take int32 indices where every size fits (half the
+    index traffic of int64 ones, for a cast of int64 operands), and write the result's
+    indices as int64 where `wide` (or a size needs it) and as int32 otherwise."""
+    torch = _torch()
+    nx, ny, rows = int(xidx.shape[0]), int(yidx.shape[0]), int(xptr.shape[0]) - 1
+    fits = max(nx + ny, rows + 1, ncols) <= INT32_MAX
+    index = torch.int32 if fits else torch.int64
+    out_index = torch.int64 if wide or not fits else torch.int32
+    xptr, xidx, yptr, yidx = (a.to(index).contiguous() for a in (xptr, xidx, yptr, yidx))
+    xv, yv = xv.contiguous(), yv.contiguous()
+    device = xv.device
+    made: list[Any] = []
+
+    def allocate() -> tuple[int, int, int]:
+        made.append(torch.empty(rows + 1, dtype=index, device=device))
+        made.append(torch.empty(nx + ny, dtype=out_index, device=device))
+        made.append(torch.empty(nx + ny, dtype=dtype, device=device))
+        return made[0].data_ptr(), made[1].data_ptr(), made[2].data_ptr()
+
+    x = (xptr.data_ptr(), xidx.data_ptr(), xv.data_ptr())
+    y = (yptr.data_ptr(), yidx.data_ptr(), yv.data_ptr())
+    names = _numpy_name(index), _numpy_name(out_index), _numpy_name(dtype)
+    engine = _CSR_INTO_ENGINES["cupy"]
+    nnz = _bridge.run_on_cupy(
+        device.index, lambda view: engine(x, y, rows, nx, ny, *names, allocate)
+    )
+    indptr, indices, values = made
+    return indptr, _cut(indices, nnz), _cut(values, nnz)
+
+
+def _cuda_coo(xc: Any, xv: Any, yc: Any, yv: Any, shape: tuple[int, int], dtype: Any) -> Any:
+    """(coordinates, values) of x / y for two coalesced 2-D COO CUDA operands of one value an
+    entry (x storing at least one), by `_cupyx.divide_coo_into` on their memory, into tensors
+    made here."""
+    torch = _torch()
+    xc, yc, xv, yv = (a.contiguous() for a in (xc, yc, xv, yv))
+    nx, ny, device = int(xc.shape[1]), int(yc.shape[1]), xv.device
+    made: dict[str, Any] = {}
+
+    def allocate_values() -> int:
+        made["values"] = torch.empty(nx + ny, dtype=dtype, device=device)
+        return int(made["values"].data_ptr())
+
+    def allocate_coords(n: int) -> int:
+        made["coords"] = torch.empty(n, dtype=torch.int64, device=device)
+        return int(made["coords"].data_ptr())
+
+    x, y = (xc.data_ptr(), xv.data_ptr()), (yc.data_ptr(), yv.data_ptr())
+    engine, name = _COO_INTO_ENGINES["cupy"], _numpy_name(dtype)
+    nnz = _bridge.run_on_cupy(
+        device.index,
+        lambda view: engine(x, y, nx, ny, shape, name, allocate_values, allocate_coords),
+    )
+    return _cut(made["coords"], 2 * nnz).view(2, nnz), _cut(made["values"], nnz)
 
 
 def _index_dtype(like: Any, nnz: int, ncols: int) -> Any:
@@ -228,9 +322,13 @@ def _coo_2d(x: Any, y: Any, dtype: Any) -> Any:
     cx, cy = layout.coalesced(x), layout.coalesced(y)
     compute = _compute_dtype(dtype)
     xv, yv = cx.values().to(compute), cy.values().to(compute)
-    coords, values = _bridge.on_device(
-        _COO_2D_ENGINES, x.device, cx.indices(), xv, cy.indices(), yv, shape, _numpy_name(compute)
-    )
+    if x.device.type == "cuda" and xv.ndim == 1 and xv.shape[0] > 0:
+        coords, values = _cuda_coo(cx.indices(), xv, cy.indices(), yv, shape, compute)
+    else:
+        coords, values = _bridge.on_device(
+            _COO_2D_ENGINES, x.device, cx.indices(), xv, cy.indices(), yv, shape,
+            _numpy_name(compute),
+        )  # fmt: skip
     return _coo(coords, values.to(dtype), x)
 
 
