@@ -340,8 +340,9 @@ def test_cupy_fast_path_matches_general_path(cupy_only, name):
         want = np.stack(getattr(np, name)(row, offset, col))
         for dtype in (None, cupy.int32, cupy.int64):
             fast = fn(row, col, offset, dtype=dtype, xp=cupy)
+            wrapped = fn(row, col, offset, dtype=dtype, xp=xpops.get_namespace(cupy.ones(1)))
             general = fn(np.int64(row), np.int64(col), np.int64(offset), dtype=dtype, xp=cupy)
-            for got in (fast, general):
+            for got in (fast, wrapped, general):
                 assert isinstance(got, cupy.ndarray)
                 assert got.dtype == (dtype or np.int64)
                 assert got.flags.c_contiguous

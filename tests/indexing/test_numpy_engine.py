@@ -3,6 +3,7 @@ NumPy's own functions: every way on every small shape (the size thresholds lower
 shapes on both sides of each threshold at their real values."""
 
 import itertools
+import types
 
 import numpy as np
 import pytest
@@ -126,7 +127,7 @@ def test_fast_path_matches_the_general_path():
         {"row": 2**31 + 1, "offset": -(2**31)},
         {"dtype": np.int32},
         {"device": "cpu"},
-        {"xp": xpops.default_namespace()},
+        {"xp": types.ModuleType("array_api_strict")},
     ],
 )
 def test_fast_path_declines_what_it_does_not_check(kwargs):
@@ -135,6 +136,18 @@ def test_fast_path_declines_what_it_does_not_check(kwargs):
     args = {"row": 3, "col": None, "offset": 0, "dtype": None, "device": None, "xp": np}
     args.update(kwargs)
     assert _indexing._fast_path(**args, chunks=None, upper=False) is None
+
+
+def test_fast_path_takes_the_array_api_wrappers():
+    """``xpops.default_namespace()`` and array-api-compat's NumPy namespace take the fast path
+    of the library they wrap, with its result."""
+    import array_api_compat.numpy as compat_numpy
+
+    args = {"col": None, "offset": -1, "dtype": None, "device": None, "chunks": None}
+    for xp in (compat_numpy, xpops.get_namespace(np.ones(1))):
+        got = _indexing._fast_path(6, xp=xp, upper=True, **args)
+        assert type(got) is np.ndarray
+        np.testing.assert_array_equal(got, np.stack(np.triu_indices(6, -1)))
 
 
 def test_fast_path_follows_the_default_backend(monkeypatch):

@@ -75,6 +75,14 @@ def _check_sizes(row: int, col: int, offset: int, upper: bool) -> None:
 # The fast paths take sizes up to this bound: their triangles' indices and entry counts fit
 # int64, and every index fits int32, without a check.
 _FAST_MAX = 2**31
+# The namespaces the fast paths serve, by module name: the libraries and their array-API
+# wrappers (``xpops.default_namespace()``, ``get_namespace``), whose engines are the same.
+_FAST_NAMESPACES = {
+    "numpy": "numpy",
+    "array_api_compat.numpy": "numpy",
+    "cupy": "cupy",
+    "array_api_compat.cupy": "cupy",
+}
 _INT64 = np.dtype(np.int64)
 _INT32 = np.dtype(np.int32)
 
@@ -101,7 +109,7 @@ def _fast_path(
     elif xp is np:
         library = "numpy"
     else:
-        library = "cupy" if getattr(xp, "__name__", None) == "cupy" else ""
+        library = _FAST_NAMESPACES.get(getattr(xp, "__name__", None), "")
     offset = min(max(offset, -row), col)
     if library == "numpy" and dtype is None:
         return _numpy.triangle_indices(row, col, offset, upper, _INT64)
