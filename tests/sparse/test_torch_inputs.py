@@ -114,6 +114,30 @@ def test_shapes_devices_and_libraries():
                             else x.to(torch.qint8), x)  # fmt: skip
 
 
+def test_quick_pair_check_agrees_with_the_general_checks(monkeypatch):
+    """Two sparse tensors pass the quick check (`_common._torch_pair`) exactly when they pass
+    the general checks, which give the same answer for them."""
+    from xpops.sparse import _common
+
+    d = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+    coo_, csr_ = d.to_sparse(), d.to_sparse_csr()
+    pairs = [
+        (coo_, coo_), (coo_, csr_), (csr_, coo_), (csr_, csr_),
+        (coo_, coo_.double()), (coo_.to(torch.int8), coo_), (coo_.bool(), csr_),
+        (coo_, d[:1].to_sparse()), (d.to_sparse_csc(), coo_), (coo_, d.to_sparse_csc()),
+        (d.to_sparse(1), coo_), (coo_, d), (coo_, 2.0), (coo_, sp.csr_array(d.numpy())),
+    ]  # fmt: skip
+    for x, y in pairs:
+        quick = _common._torch_pair(x, y)
+        monkeypatch.setattr(_common, "_torch_pair", lambda x, y: False)
+        try:
+            general = _common.check_operands(x, y)
+        except (TypeError, ValueError):
+            general = None
+        monkeypatch.undo()
+        assert quick == (general == ("torch", "sparse")), (x, y)
+
+
 # ---- larger, on the helper thread and in row blocks ------------------------------------------
 
 

@@ -75,7 +75,46 @@ def torch_layout(a: Any) -> str | None:
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(a, torch.Tensor):
         return None
-    return str(a.layout).removeprefix("torch.")
+    layout = a.layout
+    name = _LAYOUT_NAMES.get(layout)
+    if name is None:
+        name = _LAYOUT_NAMES[layout] = str(layout).removeprefix("torch.")
+    return name
+
+
+# PyTorch's layouts by their names, as `torch_layout` meets them (a lookup instead of a str).
+_LAYOUT_NAMES: dict[Any, str] = {}
+
+
+@functools.cache
+def _torch_numeric() -> frozenset[Any]:
+    """PyTorch's numeric dtypes, as `check_numeric` takes them (PyTorch imported)."""
+    torch = sys.modules["torch"]
+    names = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16"]
+    names += ["float32", "float64", "complex32", "complex64", "complex128"]
+    return frozenset(getattr(torch, n) for n in names if hasattr(torch, n))
+
+
+def _torch_pair(x: Any, y: Any) -> bool:
+    """Whether `x` and `y` are two PyTorch sparse tensors that pass every check of
+    `check_operands` (COO or CSR layouts, numeric dtypes, one shape, device and number of
+    dense dimensions): the common PyTorch call, checked in a few microseconds of host time,
+    which on CUDA the GPU spends idle. Anything else is left to the general checks, which
+    also give the errors."""
+    torch = sys.modules.get("torch")
+    if torch is None or type(x) is not torch.Tensor or type(y) is not torch.Tensor:
+        return False
+    taken = (torch.sparse_coo, torch.sparse_csr)
+    numeric = _torch_numeric()
+    return (
+        x.layout in taken
+        and y.layout in taken
+        and x.dtype in numeric
+        and y.dtype in numeric
+        and x.shape == y.shape
+        and x.device == y.device
+        and x.dense_dim() == y.dense_dim()
+    )
 
 
 def library(a: Any) -> str | None:
@@ -231,6 +270,8 @@ def check_operands(x: Any, y: Any) -> tuple[str, str]:
     """Validate ``divide(x, y)``: the engine kind that serves it (`SCIPY`, `CUPYX`, `PYDATA`,
     `TORCH`, or ``"dask"`` for Dask arrays) and the form of `y` (`SPARSE`, `SCALAR` or
     `DENSE`)."""
+    if _torch_pair(x, y):
+        return TORCH, SPARSE
     if is_dask_array(x) or is_dask_array(y):
         return "dask", SPARSE  # the Dask engine checks Dask operands (`_dask.divide`)
     kind = check_sparse(x, "x")

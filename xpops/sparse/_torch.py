@@ -26,6 +26,7 @@ quotient in float32 of two such values rounded to them is the correctly rounded 
 A scalar or dense divisor is PyTorch's own element-wise division of x's stored values.
 """
 
+import functools
 import math
 import sys
 from typing import Any
@@ -116,8 +117,16 @@ def _compute_dtype(dtype: Any) -> Any:
     return dtype
 
 
+@functools.cache
 def _numpy_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _as(a: Any, dtype: Any) -> Any:
+    """Tensor `a` of `dtype`, C-contiguous: itself where it is (no call into PyTorch)."""
+    if a.dtype != dtype:
+        a = a.to(dtype)
+    return a if a.is_contiguous() else a.contiguous()
 
 
 # ---- operands as coordinates and as CSR arrays of a frame ---------------------------------------
@@ -227,8 +236,8 @@ def _cuda_csr(
     fits = max(nx + ny, rows + 1, ncols) <= INT32_MAX
     index = torch.int32 if fits else torch.int64
     out_index = torch.int64 if wide or not fits else torch.int32
-    xptr, xidx, yptr, yidx = (a.to(index).contiguous() for a in (xptr, xidx, yptr, yidx))
-    xv, yv = xv.contiguous(), yv.contiguous()
+    xptr, xidx, yptr, yidx = (_as(a, index) for a in (xptr, xidx, yptr, yidx))
+    xv, yv = _as(xv, dtype), _as(yv, dtype)
     device = xv.device
     made: list[Any] = []
 
@@ -307,7 +316,8 @@ def _csr_result(x: Any, indptr: Any, indices: Any, values: Any, dtype: Any) -> A
         indices = indices.reshape(*batch_shape, nnz)
         values = values.reshape(*batch_shape, nnz, *values.shape[1:])
     index = _index_dtype(crow, int(indices.shape[-1]), int(x.shape[crow.ndim]))
-    return layout.csr_tensor(indptr.to(index), indices.to(index), values.to(dtype), tuple(x.shape))
+    indptr, indices, values = _as(indptr, index), _as(indices, index), _as(values, dtype)
+    return layout.csr_tensor(indptr, indices, values, tuple(x.shape))
 
 
 def _coo_2d(x: Any, y: Any, dtype: Any) -> Any:

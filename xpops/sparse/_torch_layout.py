@@ -139,12 +139,14 @@ def batch_csr(a: Any) -> tuple[Any, Any, Any, int]:
     """(indptr, indices, values, ncols) of CSR tensor `a` with its batches stacked: row ``r``
     of batch ``b`` is row ``b * rows_per_batch + r``."""
     torch = _torch()
-    crow, col, values = a.crow_indices(), a.col_indices(), a.values().detach()
+    crow, col, values = a.crow_indices(), a.col_indices(), a.values()
+    if values.requires_grad:
+        values = values.detach()
+    if crow.ndim == 1:
+        return crow, col, values, int(a.shape[1])
     batch = math.prod(crow.shape[:-1])
     per = crow.shape[-1] - 1  # rows a batch
     ncols = int(a.shape[crow.ndim])
-    if crow.ndim == 1:
-        return crow, col, values, ncols
     nnz = col.shape[-1]  # entries a batch (the same in every batch)
     block = values.shape[crow.ndim :]  # values: (*batch, nnz, *block)
     crow = crow.reshape(batch, per + 1).to(torch.int64)
