@@ -109,7 +109,7 @@ def _fast_path(
     elif xp is np:
         library = "numpy"
     else:
-        library = _FAST_NAMESPACES.get(getattr(xp, "__name__", None), "")
+        library = _FAST_NAMESPACES.get(getattr(xp, "__name__", ""), "")
     offset = min(max(offset, -row), col)
     if library == "numpy" and dtype is None:
         return _numpy.triangle_indices(row, col, offset, upper, _INT64)
