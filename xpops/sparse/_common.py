@@ -87,12 +87,13 @@ _LAYOUT_NAMES: dict[Any, str] = {}
 
 
 @functools.cache
-def _torch_numeric() -> frozenset[Any]:
-    """PyTorch's numeric dtypes, as `check_numeric` takes them (PyTorch imported)."""
+def _torch_numeric(dtype: Any) -> bool:
+    """Whether PyTorch dtype `dtype` is numeric as `check_numeric` takes it: bool, uint8, int8
+    to int64, or a floating or complex dtype of at least 2 bytes (PyTorch imported)."""
     torch = sys.modules["torch"]
-    names = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16"]
-    names += ["float32", "float64", "complex32", "complex64", "complex128"]
-    return frozenset(getattr(torch, n) for n in names if hasattr(torch, n))
+    ints = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+    inexact = dtype.is_floating_point or dtype.is_complex
+    return dtype in ints or (inexact and dtype.itemsize >= 2)
 
 
 def _torch_pair(x: Any, y: Any) -> bool:
@@ -105,12 +106,11 @@ def _torch_pair(x: Any, y: Any) -> bool:
     if torch is None or type(x) is not torch.Tensor or type(y) is not torch.Tensor:
         return False
     taken = (torch.sparse_coo, torch.sparse_csr)
-    numeric = _torch_numeric()
     return (
         x.layout in taken
         and y.layout in taken
-        and x.dtype in numeric
-        and y.dtype in numeric
+        and _torch_numeric(x.dtype)
+        and _torch_numeric(y.dtype)
         and x.shape == y.shape
         and x.device == y.device
         and x.dense_dim() == y.dense_dim()
@@ -206,9 +206,7 @@ def check_numeric(dtype: Any, what: str) -> None:
     complex128)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(dtype, torch.dtype):
-        ints = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
-        inexact = dtype.is_floating_point or dtype.is_complex
-        if dtype in ints or (inexact and dtype.itemsize >= 2):
+        if _torch_numeric(dtype):
             return
     elif np.dtype(dtype).kind in "biufc":
         return

@@ -35,10 +35,9 @@ import numpy as np
 
 from .._lib import _torch as _bridge
 from .._lib._dispatch import Engines
-from .._lib._dtypes import INT32_MAX
 from . import _torch_layout as layout
 from ._common import check_positions
-from ._host import FOLD_ROW_ENTRIES, NATURAL_ROWS_PER_ENTRY
+from ._host import FOLD_ROW_ENTRIES, NATURAL_ROWS_PER_ENTRY, index_dtype
 
 __all__ = ["divide", "divide_dense", "divide_scalar", "result_dtype"]
 
@@ -194,8 +193,6 @@ def _union(x: Any, y: Any, dtype: Any) -> tuple[Any, Any, Any, Any]:
     if csr_pair:  # both CSR: their own (stacked) arrays, no coordinates
         xptr, xidx, xv, ncols = layout.batch_csr(x)
         yptr, yidx, yv, _ = layout.batch_csr(y)
-        if xptr.dtype != yptr.dtype:
-            xptr, xidx, yptr, yidx = (a.to(torch.int64) for a in (xptr, xidx, yptr, yidx))
         frame = None
     else:
         xc, xv = layout.coords(x)
@@ -210,6 +207,8 @@ def _union(x: Any, y: Any, dtype: Any) -> tuple[Any, Any, Any, Any]:
         # a CSR x gives the result its index dtype (`_csr_result`)
         wide = x.layout == torch.sparse_csr and x.crow_indices().dtype == torch.int64
         return (frame, *_cuda_csr(xptr, xidx, xv, yptr, yidx, yv, ncols, dtype, wide))
+    if xptr.dtype != yptr.dtype:  # CSR operands of two index dtypes (`_cuda_csr` casts its own)
+        xptr, xidx, yptr, yidx = (a.to(torch.int64) for a in (xptr, xidx, yptr, yidx))
     out = _bridge.on_device(
         _ARRAY_ENGINES, x.device, xptr, xidx, xv, yptr, yidx, yv, ncols, engine_dtype
     )
@@ -233,7 +232,7 @@ def _cuda_csr(
     indices as int64 where `wide` (or a size needs it) and as int32 otherwise."""
     torch = _torch()
     nx, ny, rows = int(xidx.shape[0]), int(yidx.shape[0]), int(xptr.shape[0]) - 1
-    fits = max(nx + ny, rows + 1, ncols) <= INT32_MAX
+    fits = index_dtype(nx + ny, rows + 1, ncols) == np.int32
     index = torch.int32 if fits else torch.int64
     out_index = torch.int64 if wide or not fits else torch.int32
     xptr, xidx, yptr, yidx = (_as(a, index) for a in (xptr, xidx, yptr, yidx))
