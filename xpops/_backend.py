@@ -24,6 +24,7 @@ __all__ = [
     "default_backend",
     "default_namespace",
     "get_namespace",
+    "namespace_of_type",
     "resolve_namespace",
 ]
 
@@ -170,6 +171,12 @@ def get_namespace(*arrays: Array) -> Namespace:
 # before the first launch of a short kernel).
 _CACHED_NAMESPACES = ("array_api_compat.numpy", "array_api_compat.cupy")
 _NAMESPACE_OF_TYPE: dict[type, Namespace] = {}
+
+
+def namespace_of_type(cls: type) -> Namespace | None:
+    """The namespace of every array of type `cls` where `get_namespace` has met that type and
+    it decides the namespace (NumPy's and CuPy's ndarray); else None."""
+    return _NAMESPACE_OF_TYPE.get(cls)
 
 
 def resolve_namespace(xp: ModuleType | None) -> Namespace:

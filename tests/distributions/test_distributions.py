@@ -400,6 +400,10 @@ def _tril_with(i, j, v, batch=()):
         (np.zeros((0, 2)), _tril_with(0, 0, -1.0), "positive diagonal"),
         (np.zeros(2), np.zeros((0, 2, 2)), None),
         (np.full(2, np.nan), np.zeros((0, 2, 2)), "`loc` must be finite"),
+        # past one block of CuPy's check kernel (256 entries): the last block's bits count
+        (np.zeros(2), _tril_with(1, 1, 0.0, (150,)), "positive diagonal"),
+        (np.zeros(2), _tril_with(0, 1, 0.5, (150,)), "lower triangular"),
+        (np.zeros(2), _tril_with(1, 0, 0.5, (150,)), None),
     ],
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -446,6 +450,22 @@ def test_kl_errors():
         kl_divergence(p, q)
     with pytest.raises(TypeError, match="MultivariateNormal"):
         kl_divergence(p, "q")
+
+
+@pytest.mark.parametrize("batch", [(), (3,), (150,)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_factor_is_the_distributions_own(xp, batch, dtype):
+    """The factor given as `scale_tril` is copied: writing to the caller's array later changes
+    nothing (the CuPy check kernel makes the copy)."""
+    if backend_name(xp) == "jax":
+        pytest.skip("JAX arrays cannot be written to")
+    rng = np.random.default_rng(3)
+    tril = np.broadcast_to(_GOOD_TRIL, (*batch, 2, 2)) * rng.uniform(1, 2, (*batch, 1, 1))
+    given = as_xp(xp, tril, dtype)
+    d = MultivariateNormal(as_xp(xp, np.zeros(2), dtype), scale_tril=given)
+    given[...] = 7.0
+    np.testing.assert_array_equal(to_numpy(d.scale_tril), tril.astype(dtype))
+    assert library_of(d.scale_tril) == backend_name(xp) or backend_name(xp) == "numpy"
 
 
 def test_inputs_unmodified(xp):

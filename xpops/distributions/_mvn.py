@@ -20,8 +20,11 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
+from .._backend import namespace_of_type
 from .._lib import _compat, _random
 from .._lib._compile import compiling, untraced
 from .._lib._dispatch import Engines, dispatch
@@ -51,6 +54,34 @@ __all__ = ["MultivariateNormal"]
 
 _LOG_2PI = math.log(2 * math.pi)
 _PARAMS = ("covariance_matrix", "precision_matrix", "scale_tril")
+
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _plain(loc: Any, cov: Any, precision: Any, tril: Any) -> tuple[Any, str, Array] | None:
+    """``(namespace, parameter name, matrix)`` where exactly one matrix is given and it and `loc`
+    are NumPy or CuPy arrays of one type, device and dtype, float32 or float64: arrays the
+    constructor's conversions and its checks of types, devices and dtypes leave as they are
+    (the shapes are still checked); None for anything else."""
+    cls = type(loc)
+    xp = namespace_of_type(cls)
+    if xp is None:
+        return None
+    if tril is not None and cov is None and precision is None:
+        name, matrix = "scale_tril", tril
+    elif cov is not None and precision is None and tril is None:
+        name, matrix = "covariance_matrix", cov
+    elif precision is not None and cov is None and tril is None:
+        name, matrix = "precision_matrix", precision
+    else:
+        return None
+    dtype = loc.dtype
+    if type(matrix) is not cls or matrix.dtype is not dtype or dtype not in _FLOATS:
+        return None
+    if cls is not np.ndarray and loc.device != matrix.device:
+        return None
+    return xp, name, matrix
 
 
 class MultivariateNormal(CdfMethods, Properties):
@@ -180,6 +211,12 @@ class MultivariateNormal(CdfMethods, Properties):
                 validate_args=validate_args,
             )  # fmt: skip
             return
+        plain = _plain(loc, covariance_matrix, precision_matrix, scale_tril)
+        if plain is not None:  # NumPy or CuPy arrays of one floating dtype: checks that hold
+            xp, name, matrix = plain
+            self._validate = as_bool(validate_args, "validate_args")
+            self._setup(xp, name, loc, matrix, (loc, matrix), loc.dtype)
+            return
         given = {
             name: m
             for name, m in zip(
@@ -204,7 +241,6 @@ class MultivariateNormal(CdfMethods, Properties):
         scalar_loc = isinstance(loc, numbers.Number)
         xp, (loc, matrix) = as_arrays(loc, matrix, names=["loc", name])
         args = (loc, matrix)
-        self._xp = xp
         if scalar_loc and len(matrix.shape) >= 1:  # one mean for every coordinate
             loc = xp.broadcast_to(loc, (int(matrix.shape[-1]),))
         if not _compat.is_dask_array(matrix):
@@ -217,20 +253,27 @@ class MultivariateNormal(CdfMethods, Properties):
             dtype = float_dtype(xp, [loc, matrix], ["loc", name])
         loc = xp.astype(loc, dtype) if loc.dtype != dtype else loc
         matrix = xp.astype(matrix, dtype) if matrix.dtype != dtype else matrix
-        ls, ms = shape_of(loc), shape_of(matrix)
-        batch = parameter_batch(name, ls, ms)
-        self._d = ms[-1]
-        self._batch_shape = batch
-        self._dtype = dtype
-        self._loc = xp.broadcast_to(loc, (*batch, self._d))
-        self._given = (name, matrix)
         # the parameters as given, a number or a list as an array of `dtype`: the primals of
         # the gradients (`_vjp`), whose cotangents take their shapes
         loc_arg, matrix_arg = (
             a if given or a.dtype == dtype else xp.astype(a, dtype)
             for a, given in zip(args, given_as_arrays, strict=True)
         )
-        self._args = (loc_arg, matrix_arg)
+        self._setup(xp, name, loc, matrix, (loc_arg, matrix_arg), dtype)
+
+    def _setup(
+        self, xp: Any, name: str, loc: Array, matrix: Array, args: tuple[Any, Any], dtype: Any
+    ) -> None:
+        """The state of a distribution of `loc` and parameter `name` (arrays of `dtype` on one
+        device), `args` the primals of the gradients; the checks and the factor."""
+        self._xp = xp
+        batch = parameter_batch(name, shape_of(loc), shape_of(matrix))
+        self._d = int(matrix.shape[-1])
+        self._batch_shape = batch
+        self._dtype = dtype
+        self._loc = xp.broadcast_to(loc, (*batch, self._d))
+        self._given = (name, matrix)
+        self._args = args
         self._linv_t: Array | None = None
         self._fused: tuple[Array, Array, Array | None] | None = None  # the CuPy kernels' layout
         self._dask = _compat.is_dask_array(matrix)

@@ -110,33 +110,35 @@ class State:
         """The lower factor of `matrix` (parameter `name`), the parameters checked first where
         `validate_args` asks and they were not `checked` already."""
         xp = self._xp
-        if self._validate and not checked and self._check_parameters(name, loc, matrix):
-            # the fused kernel found it zero above the diagonal: a copy is its lower triangle
-            # (and the distribution's own, as `tril` would make it)
-            return matrix.copy()
+        if self._validate and not checked:
+            copy = self._check_parameters(name, loc, matrix)
+            if copy is not None:
+                # the fused kernel found it zero above the diagonal: its copy is its lower
+                # triangle (and the distribution's own, as `tril` would make it)
+                return copy
         tril = factor(xp, name, matrix, self._dtype, self._validate)
         if self._validate and name != "scale_tril":
             check_factor(xp, name, matrix, tril)
         return tril
 
-    def _check_parameters(self, name: str, loc: Array, matrix: Array) -> bool:
+    def _check_parameters(self, name: str, loc: Array, matrix: Array) -> Array | None:
         """``ValueError`` for the first check that `loc` or `matrix` (parameter `name`) fails;
-        True where the fused CuPy kernel made the checks (of a ``scale_tril``), False where the
-        generic ones did (one read from the device for all of them)."""
+        a copy of `matrix` where the fused CuPy kernel made the checks (of a ``scale_tril``),
+        None where the generic ones did (one read from the device for all of them)."""
         xp = self._xp
         fused = self._fused_kernels() if name == "scale_tril" else None
         if fused is not None:  # the CuPy kernel of all the checks, one read
             from ._cupy_checks import scale_tril_failures  # imports CuPy: only on the CuPy engine
 
-            failures = scale_tril_failures(loc, matrix)
+            failures, copy = scale_tril_failures(loc, matrix)
             messages = [bad_loc(shape_of(loc)), *scale_tril_messages(shape_of(matrix))]
             for bit, message in enumerate(messages):
                 if failures >> bit & 1:
                     raise ValueError(message)
-            return True
+            return copy
         checks = [(xp.isfinite(loc), bad_loc(shape_of(loc)))]
         raise_unless(xp, checks + matrix_checks(xp, name, matrix, self._dtype))
-        return False
+        return None
 
     # ---- helpers of the methods -------------------------------------------------------------
 

@@ -88,6 +88,8 @@ def _cotangent(xp: Namespace, cotangent: Any, dtype: Any) -> Array:
 def _as_primal(xp: Namespace, g: Array, primal: Array) -> Array:
     """`g` summed to the shape of `primal` and cast to its dtype (where floating); a 0-d
     NumPy array, never a NumPy scalar, for a primal of shape ``()``."""
+    if g.shape == primal.shape and g.dtype == primal.dtype:  # nothing to sum or cast
+        return result(g)
     g = xp.reshape(sum_to(xp, g, shape_of(primal)), shape_of(primal))
     if is_dtype(xp, primal.dtype, "real floating") and g.dtype != primal.dtype:
         g = xp.astype(g, primal.dtype)
