@@ -452,6 +452,72 @@ def test_kl_errors():
         kl_divergence(p, "q")
 
 
+_PLAIN_CASES = [  # (loc shape, matrix shape, parameter, dtype, validate_args): built or refused
+    ((2,), (2, 2), "covariance_matrix", "float64", True),
+    ((3, 2), (2, 2), "precision_matrix", "float32", True),
+    ((2,), (4, 2, 2), "scale_tril", "float32", True),
+    ((4, 1, 2), (3, 2, 2), "scale_tril", "float64", False),
+    ((0, 2), (2, 2), "covariance_matrix", "float64", True),
+    ((), (2, 2), "covariance_matrix", "float64", True),  # 0-d loc
+    ((3,), (2, 2), "scale_tril", "float64", True),  # D differs
+    ((2,), (2, 3), "covariance_matrix", "float32", True),  # not square
+    ((3, 2), (4, 2, 2), "scale_tril", "float64", True),  # batches do not broadcast
+    ((2,), (2, 2), "scale_tril", "float64", "yes"),  # validate_args not a bool
+]
+
+
+@pytest.mark.parametrize("case", _PLAIN_CASES, ids=str)
+def test_plain_parameters_build_what_the_general_path_builds(xp, monkeypatch, case):
+    """NumPy and CuPy parameters of one floating dtype take the constructor's fast path
+    (`_mvn._plain`): the distribution, or the error, is the general path's."""
+    from xpops.distributions import _mvn
+
+    if backend_name(xp) not in ("numpy", "cupy"):
+        pytest.skip("the fast path serves NumPy and CuPy arrays")
+    loc_shape, matrix_shape, name, dtype, validate = case
+    rng = np.random.default_rng(4)
+    d = matrix_shape[-1]
+    if matrix_shape[-2] == d:
+        m = np.tril(rng.uniform(-1, 1, matrix_shape), -1) + 2 * np.eye(d)
+        m = m if name == "scale_tril" else m @ np.swapaxes(m, -1, -2)
+    else:
+        m = rng.uniform(-1, 1, matrix_shape)
+    loc, matrix = as_xp(xp, rng.standard_normal(loc_shape), dtype), as_xp(xp, m, dtype)
+    xpops.get_namespace(loc)  # the type's namespace cached, as after any earlier call
+    taken = []
+    plain = _mvn._plain
+
+    def spy(*args):
+        out = plain(*args)
+        taken.append(out is not None)
+        return out
+
+    def build():
+        return MultivariateNormal(loc, **{name: matrix}, validate_args=validate)
+
+    monkeypatch.setattr(_mvn, "_plain", spy)
+    try:
+        fast = build()
+    except (TypeError, ValueError) as exc:
+        fast = exc
+    assert taken == [True]
+    monkeypatch.setattr(_mvn, "_plain", lambda *args: None)
+    try:
+        general = build()
+    except (TypeError, ValueError) as exc:
+        general = exc
+    if isinstance(general, Exception):
+        assert type(fast) is type(general)
+        assert str(fast) == str(general)
+        return
+    assert not isinstance(fast, Exception)
+    state = [(d.batch_shape, d.event_shape, d._dtype, d._given[0]) for d in (fast, general)]
+    assert state[0] == state[1]
+    assert all(p is q for p, q in zip(fast._args, general._args, strict=True))
+    np.testing.assert_array_equal(to_numpy(fast.loc), to_numpy(general.loc))
+    np.testing.assert_array_equal(to_numpy(fast.scale_tril), to_numpy(general.scale_tril))
+
+
 @pytest.mark.parametrize("batch", [(), (3,), (150,)])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_factor_is_the_distributions_own(xp, batch, dtype):
@@ -465,7 +531,7 @@ def test_factor_is_the_distributions_own(xp, batch, dtype):
     d = MultivariateNormal(as_xp(xp, np.zeros(2), dtype), scale_tril=given)
     given[...] = 7.0
     np.testing.assert_array_equal(to_numpy(d.scale_tril), tril.astype(dtype))
-    assert library_of(d.scale_tril) == backend_name(xp) or backend_name(xp) == "numpy"
+    assert library_of(d.scale_tril) == backend_name(xp)
 
 
 def test_inputs_unmodified(xp):

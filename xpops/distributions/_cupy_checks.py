@@ -12,10 +12,11 @@ from .._lib._dtypes import dtype_name
 
 __all__ = ["scale_tril_failures"]
 
-# Thread i checks entry i of the factor (C-contiguous, D x D matrices), which it copies, or,
-# past them, entry i - size(factor) of the mean: bit 0 a non-finite mean, bit 1 a non-finite
-# factor entry, bit 2 a nonzero entry above the diagonal, bit 3 a diagonal entry not > 0. One
-# block writes its bits (no zeroed word to prepare); several OR theirs into a zeroed one.
+# Thread i checks entry i of the factor (C-contiguous, D x D matrices), which it copies
+# (unless `copy` is null), or, past them, entry i - size(factor) of the mean: bit 0 a
+# non-finite mean, bit 1 a non-finite factor entry, bit 2 a nonzero entry above the diagonal,
+# bit 3 a diagonal entry not > 0. One block writes its bits (no zeroed word to prepare);
+# several OR theirs into a zeroed one.
 _SOURCE = r"""
 template <typename T>
 __global__ void xpops_mvn_scale_tril_checks(const T* __restrict__ tril, const T* __restrict__ loc,
@@ -27,7 +28,7 @@ __global__ void xpops_mvn_scale_tril_checks(const T* __restrict__ tril, const T*
          i += (long long)gridDim.x * blockDim.x) {
         if (i < n_tril) {
             const T m = tril[i];
-            copy[i] = m;
+            if (copy) copy[i] = m;
             const long long col = i % d, row = (i / d) % d;
             if (!isfinite(m)) f |= 2u;
             if (col > row && m != (T)0) f |= 4u;
@@ -56,18 +57,21 @@ def _checks(dtype_name: str) -> FastKernel:
     return FastKernel(module.get_function(name), "ppqqqpp")
 
 
-def scale_tril_failures(loc: cupy.ndarray, tril: cupy.ndarray) -> tuple[int, cupy.ndarray]:
+def scale_tril_failures(
+    loc: cupy.ndarray, tril: cupy.ndarray, *, copy: bool = True
+) -> tuple[int, cupy.ndarray | None]:
     """The failed checks of a mean `loc` (*, D) and a `scale_tril` (*, D, D) of one real
     floating dtype, each array on its own, as bits in the order of their messages (the mean's,
-    then `_factor.scale_tril_messages`), and a C-contiguous copy of `tril`: one kernel and one
-    read from the device."""
+    then `_factor.scale_tril_messages`), and (with `copy`) a C-contiguous copy of `tril`: one
+    kernel and one read from the device."""
     loc, tril = cupy.ascontiguousarray(loc), cupy.ascontiguousarray(tril)
-    copy = cupy.empty(tril.shape, dtype=tril.dtype)
+    out = cupy.empty(tril.shape, dtype=tril.dtype) if copy else None
     size = int(tril.size) + int(loc.size)
     if size == 0:
-        return 0, copy
+        return 0, out
     blocks = grid_1d(size, _THREADS, _MAX_BLOCKS)
     failures = cupy.empty((), dtype=np.uint32) if blocks == 1 else cupy.zeros((), np.uint32)
     args = (tril.data.ptr, loc.data.ptr, tril.size, tril.shape[-1], size, failures.data.ptr)
-    _checks(dtype_name(tril.dtype))(blocks, _THREADS, (*args, copy.data.ptr))
-    return read_int(failures, 0), copy
+    address = 0 if out is None else out.data.ptr
+    _checks(dtype_name(tril.dtype))(blocks, _THREADS, (*args, address))
+    return read_int(failures, 0), out

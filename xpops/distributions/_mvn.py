@@ -56,14 +56,16 @@ _LOG_2PI = math.log(2 * math.pi)
 _PARAMS = ("covariance_matrix", "precision_matrix", "scale_tril")
 
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def _plain(loc: Any, cov: Any, precision: Any, tril: Any) -> tuple[Any, str, Array] | None:
     """``(namespace, parameter name, matrix)`` where exactly one matrix is given and it and `loc`
-    are NumPy or CuPy arrays of one type, device and dtype, float32 or float64: arrays the
-    constructor's conversions and its checks of types, devices and dtypes leave as they are
-    (the shapes are still checked); None for anything else."""
+    are arrays of one type whose namespace `get_namespace` has cached (NumPy's and CuPy's
+    ndarray, once an earlier call has met them), of one device and of NumPy's own float32 or
+    float64 dtype object (not an equal one with metadata): arrays that the constructor's
+    conversions and its checks of types, devices and dtypes leave as they are (the shapes
+    are still checked); None for anything else."""
     cls = type(loc)
     xp = namespace_of_type(cls)
     if xp is None:
@@ -77,7 +79,9 @@ def _plain(loc: Any, cov: Any, precision: Any, tril: Any) -> tuple[Any, str, Arr
     else:
         return None
     dtype = loc.dtype
-    if type(matrix) is not cls or matrix.dtype is not dtype or dtype not in _FLOATS:
+    if type(matrix) is not cls or matrix.dtype is not dtype:
+        return None
+    if dtype is not _FLOAT32 and dtype is not _FLOAT64:
         return None
     if cls is not np.ndarray and loc.device != matrix.device:
         return None

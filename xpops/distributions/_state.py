@@ -121,21 +121,24 @@ class State:
             check_factor(xp, name, matrix, tril)
         return tril
 
-    def _check_parameters(self, name: str, loc: Array, matrix: Array) -> Array | None:
+    def _check_parameters(
+        self, name: str, loc: Array, matrix: Array, *, copy: bool = True
+    ) -> Array | None:
         """``ValueError`` for the first check that `loc` or `matrix` (parameter `name`) fails;
-        a copy of `matrix` where the fused CuPy kernel made the checks (of a ``scale_tril``),
-        None where the generic ones did (one read from the device for all of them)."""
+        a copy of `matrix` where the fused CuPy kernel made the checks (of a ``scale_tril``)
+        and `copy` asks for it, None otherwise (the generic checks: one read from the device
+        for all of them)."""
         xp = self._xp
         fused = self._fused_kernels() if name == "scale_tril" else None
         if fused is not None:  # the CuPy kernel of all the checks, one read
             from ._cupy_checks import scale_tril_failures  # imports CuPy: only on the CuPy engine
 
-            failures, copy = scale_tril_failures(loc, matrix)
+            failures, kept = scale_tril_failures(loc, matrix, copy=copy)
             messages = [bad_loc(shape_of(loc)), *scale_tril_messages(shape_of(matrix))]
             for bit, message in enumerate(messages):
                 if failures >> bit & 1:
                     raise ValueError(message)
-            return copy
+            return kept
         checks = [(xp.isfinite(loc), bad_loc(shape_of(loc)))]
         raise_unless(xp, checks + matrix_checks(xp, name, matrix, self._dtype))
         return None

@@ -62,6 +62,7 @@ def parameters_of_tensors(dist: Any, name: str, loc: Array, matrix: Array) -> tu
         return dist._loc, tril
     if dist._validate:
         run_on_cupy(
-            index, lambda view: mapped(view)._check_parameters(name, view(loc), view(matrix))
+            index,
+            lambda view: mapped(view)._check_parameters(name, view(loc), view(matrix), copy=False),
         )
     return dist._loc, dist._factor(name, loc, matrix, checked=True)
