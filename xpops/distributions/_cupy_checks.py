@@ -1,8 +1,8 @@
 """The checks of a MultivariateNormal's parameters in one CuPy kernel (`scale_tril_failures`,
 called by the constructor where the CuPy engine `_cupy` takes the distribution): the generic
 checks take a reduction each, a stack and a read; here one pass over the parameters ORs
-failure bits, and one read returns them. The same pass copies the factor: the distribution's
-own, kept where the checks pass."""
+failure bits, and one read returns them. The same pass copies the factor where the caller
+keeps that copy as the distribution's own (the constructor, when the checks pass)."""
 
 import cupy
 import numpy as np
