@@ -476,9 +476,9 @@ def test_plain_parameters_build_what_the_general_path_builds(xp, monkeypatch, ca
         pytest.skip("the fast path serves NumPy and CuPy arrays")
     loc_shape, matrix_shape, name, dtype, validate = case
     rng = np.random.default_rng(4)
-    d = matrix_shape[-1]
-    if matrix_shape[-2] == d:
-        m = np.tril(rng.uniform(-1, 1, matrix_shape), -1) + 2 * np.eye(d)
+    size = matrix_shape[-1]
+    if matrix_shape[-2] == size:
+        m = np.tril(rng.uniform(-1, 1, matrix_shape), -1) + 2 * np.eye(size)
         m = m if name == "scale_tril" else m @ np.swapaxes(m, -1, -2)
     else:
         m = rng.uniform(-1, 1, matrix_shape)
@@ -511,7 +511,7 @@ def test_plain_parameters_build_what_the_general_path_builds(xp, monkeypatch, ca
         assert str(fast) == str(general)
         return
     assert not isinstance(fast, Exception)
-    state = [(d.batch_shape, d.event_shape, d._dtype, d._given[0]) for d in (fast, general)]
+    state = [(a.batch_shape, a.event_shape, a._dtype, a._given[0]) for a in (fast, general)]
     assert state[0] == state[1]
     assert all(p is q for p, q in zip(fast._args, general._args, strict=True))
     np.testing.assert_array_equal(to_numpy(fast.loc), to_numpy(general.loc))
