@@ -921,6 +921,58 @@ def test_cuda_distribution_runs_on_cupy(cuda, dtype, cupy_hand_overs):
         mvn(loc, covariance_matrix=-m @ m.T, validate_args=False)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_log_prob_by_address(cuda, dtype, monkeypatch):
+    """After its first log_prob, an unbatched distribution of CUDA tensors computes log_prob at
+    a C-contiguous tensor of its dtype by the fused kernel on the tensors' memory, no view
+    made (`distributions._torch.log_prob_of_tensor`): results, shapes and the error of a
+    non-finite value are those of the same calls on CuPy arrays; other values (another
+    dtype, a strided tensor) and a batched distribution take the general engine (views)."""
+    cp, device = cuda
+    mvn = xpops.distributions.MultivariateNormal
+    rng = np.random.default_rng(17)
+    d = 16
+    g = rng.standard_normal((d, d))
+    tril = np.linalg.cholesky(g @ g.T / d + np.eye(d))
+    kind = getattr(torch, dtype)
+    loc, m = (torch.tensor(a, dtype=kind, device=device) for a in (rng.standard_normal(d), tril))
+    views = []
+    view = _torch._cupy_view
+    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
+
+    def check(dist, ref, value, viewed=None):
+        views.clear()
+        out = dist.log_prob(value)
+        assert viewed is None or len(views) == viewed
+        _cuda_same(out, ref.log_prob(cp.from_dlpack(value.contiguous())), device)
+
+    for validate in (True, False):
+        dist = mvn(loc, scale_tril=m, validate_args=validate)
+        ref = mvn(cp.from_dlpack(loc), scale_tril=cp.from_dlpack(m), validate_args=validate)
+        value = torch.tensor(rng.standard_normal((3000, d)), dtype=kind, device=device)
+        check(dist, ref, value)  # the first call makes the mirror (views) and its layout
+        check(dist, ref, value, 0)
+        check(dist, ref, value[7], 0)  # one point: a 0-d result
+        check(dist, ref, value.reshape(30, 100, d), 0)
+        check(dist, ref, value.t().contiguous().t(), 1)  # strided
+        bad = value.clone()
+        bad[5, 3] = float("nan")
+        if validate:
+            with pytest.raises(ValueError, match=r"`value` must be finite, got shape \(3000, 16\)"):
+                dist.log_prob(bad)
+        else:
+            check(dist, ref, bad, 0)
+    other = torch.float64 if dtype == "float32" else torch.float32
+    views.clear()
+    out = dist.log_prob(value.to(other))
+    assert len(views) == 1
+    assert out.dtype == kind
+    batched = mvn(loc.expand(2, d), scale_tril=m)
+    ref = mvn(cp.from_dlpack(loc).reshape(1, d).repeat(2, axis=0), scale_tril=cp.from_dlpack(m))
+    batched.log_prob(value[:, None])
+    check(batched, ref, value[:, None], 1)
+
+
 def test_cuda_side_stream(cuda):
     """On a side stream of PyTorch's, the scan queues behind the copy that makes its input
     (held back by a long sleep on that stream): read on another stream, it would see zeros."""

@@ -41,6 +41,7 @@ __all__ = [
     "kernels_for",
     "layout",
     "log_prob",
+    "log_prob_at",
     "log_prob_of",
     "points_layout",
     "sample",
@@ -297,23 +298,38 @@ def log_prob(
     (point o meets row o % n_loc and factor o % n_tril); ``half_log_det`` None for one factor,
     whose half log-determinant each block computes. Returns ``(out, flag)``: ``flag`` is a
     device int, nonzero if a value was not finite (None unless `check`)."""
-    n, d = value.shape
+    n = value.shape[0]
     out = cupy.empty(n, dtype=value.dtype)
     flag = cupy.zeros((), dtype=cupy.int32) if check else None
     if n:
-        args = (
-            value.data.ptr,
-            loc.data.ptr,
-            tril.data.ptr,
-            0 if half_log_det is None else half_log_det.data.ptr,
-            n,
-            loc.shape[0],
-            tril.shape[0],
-            out.data.ptr,
-            0 if flag is None else flag.data.ptr,
-        )
-        _launcher("log_prob", dtype_name(value.dtype), d)(grid_1d(n, POINTS), POINTS, args)
+        log_prob_at(value.data.ptr, n, (loc, tril, half_log_det), out.data.ptr, flag)
     return out, flag
+
+
+def log_prob_at(
+    value: int,
+    n: int,
+    params: tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray | None],
+    out: int,
+    flag: cupy.ndarray | None,
+) -> None:
+    """`log_prob` of the n >= 1 points at device address `value` (C-contiguous (n, D), of the
+    dtype of the layout `params`) into the n values at address `out`, on the current stream;
+    `flag`: a zeroed device int that a non-finite value sets, or None (no check)."""
+    loc, tril, half = params
+    args = (
+        value,
+        loc.data.ptr,
+        tril.data.ptr,
+        0 if half is None else half.data.ptr,
+        n,
+        loc.shape[0],
+        tril.shape[0],
+        out,
+        0 if flag is None else flag.data.ptr,
+    )
+    kernel = _launcher("log_prob", dtype_name(tril.dtype), int(tril.shape[-1]))
+    kernel(grid_1d(n, POINTS), POINTS, args)
 
 
 def _mix64(z: int) -> int:

@@ -48,7 +48,7 @@ from ._common import (
 )
 from ._kl import kl_divergence, normal_kl, register_kl
 from ._properties import Properties
-from ._torch import on_cuda_tensors, parameters_of_tensors
+from ._torch import log_prob_of_tensor, on_cuda_tensors, parameters_of_tensors
 
 __all__ = ["MultivariateNormal"]
 
@@ -551,7 +551,9 @@ _DASK = Engines(
 )
 _PARAMETERS = _engines(MultivariateNormal._parameters, "parameters", parameters_of_tensors)
 _LOG_PROB = _engines(
-    MultivariateNormal._log_prob, "log_prob", on_cuda_tensors(MultivariateNormal._log_prob)
+    MultivariateNormal._log_prob,
+    "log_prob",
+    on_cuda_tensors(MultivariateNormal._log_prob, log_prob_of_tensor),
 )
 _PROB = _engines(MultivariateNormal._prob, "prob", on_cuda_tensors(MultivariateNormal._prob))
 _RSAMPLE = _engines(MultivariateNormal._rsample, "sample")

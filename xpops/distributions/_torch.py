@@ -4,6 +4,11 @@ class's own in-memory code on CuPy views of them, `.._lib._torch.run_on_cupy`), 
 current stream; so is its factor, unless autograd records the parameters or `validate_args` is
 False (`parameters_of_tensors`). Other tensors run that code on the tensors themselves.
 
+The common log_prob call, an unbatched distribution whose CuPy mirror has its parameters laid
+out already (every call after the first) at a C-contiguous CUDA tensor of its dtype, skips
+even the views: the fused kernel reads the tensor's memory by address and writes into a
+tensor made here (`log_prob_of_tensor`), so that no tensor crosses over by DLPack either way.
+
 Importing this module imports neither PyTorch nor CuPy.
 """
 
@@ -15,12 +20,14 @@ from typing import Any
 from .._autodiff import _torch as _autograd
 from .._lib._torch import engine_for, run_on_cupy
 from .._lib._typing import Array
-from ._common import is_array
+from ._common import bad_values, is_array
 
-__all__ = ["on_cuda_tensors", "parameters_of_tensors"]
+__all__ = ["log_prob_of_tensor", "on_cuda_tensors", "parameters_of_tensors"]
 
 
-def on_cuda_tensors(in_memory: Callable[..., Any]) -> Callable[..., Any]:
+def on_cuda_tensors(
+    in_memory: Callable[..., Any], fast: Callable[..., Any] | None = None
+) -> Callable[..., Any]:
     """A method's ``torch`` engine: for a distribution of CUDA tensors that CuPy takes (and
     tensors among the arguments on the same device), `in_memory` runs on the distribution's
     CuPy mirror (`State._mirror`: views of the same memory) and on views of those tensors, on
@@ -28,9 +35,14 @@ def on_cuda_tensors(in_memory: Callable[..., Any]) -> Callable[..., Any]:
     kernels then serve the call, checks of the values included, in one pass and one read
     where PyTorch's operations would take several of each. Otherwise `in_memory` runs on the
     tensors, which also refuses an array of another library among the arguments (the mirror
-    would take a CuPy one)."""
+    would take a CuPy one). `fast(dist, *args)`, where given, serves the calls it takes
+    first (None for the others)."""
 
     def engine(dist: Any, *args: Any) -> Any:
+        if fast is not None:
+            out = fast(dist, *args)
+            if out is not None:
+                return out
         kind, index = engine_for((dist._loc, *args))
         tensor = sys.modules["torch"].Tensor
         if kind != "cupy" or any(is_array(a) and not isinstance(a, tensor) for a in args):
@@ -66,3 +78,45 @@ def parameters_of_tensors(dist: Any, name: str, loc: Array, matrix: Array) -> tu
             lambda view: mapped(view)._check_parameters(name, view(loc), view(matrix), copy=False),
         )
     return dist._loc, dist._factor(name, loc, matrix, checked=True)
+
+
+def log_prob_of_tensor(dist: Any, value: Any) -> Any:
+    """log_prob at `value` by the fused kernel on the tensors' memory, for an unbatched
+    distribution of CUDA tensors whose CuPy mirror has laid its parameters out (`_mirror`,
+    `_fused_params`: every call after the first) and a C-contiguous CUDA tensor (..., D) of
+    at least one point, of the distribution's dtype and device; None for any other call,
+    which the general engine takes with all its checks. The values' check is the kernel's
+    flag, read once, as there."""
+    held = vars(dist).get("_mirror_of")
+    if held is None or held[0] is not dist._loc or held[1] is not dist._tril:
+        return None
+    params = held[2]._fused
+    torch = sys.modules["torch"]
+    loc = dist._loc
+    if (
+        params is None
+        or dist._batch_shape
+        or type(value) is not torch.Tensor
+        or value.dtype != loc.dtype
+        or value.device != loc.device
+        or value.ndim < 1
+        or value.shape[-1] != dist._d
+        or not value.is_contiguous()
+    ):
+        return None
+    n = value.numel() // dist._d
+    if n == 0:
+        return None
+    from .._lib._cuda import read_int  # CuPy: imported once a mirror exists
+    from . import _cupy
+
+    out = torch.empty(value.shape[:-1], dtype=value.dtype, device=value.device)
+
+    def run(view: Any) -> bool:
+        flag = sys.modules["cupy"].zeros((), dtype="int32") if dist._validate else None
+        _cupy.log_prob_at(value.data_ptr(), n, params, out.data_ptr(), flag)
+        return flag is None or not read_int(flag, 0)
+
+    if not run_on_cupy(loc.device.index, run):
+        raise ValueError(bad_values("value", tuple(value.shape), False))
+    return out
