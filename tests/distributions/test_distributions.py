@@ -469,7 +469,7 @@ _PLAIN_CASES = [  # (loc shape, matrix shape, parameter, dtype, validate_args): 
 @pytest.mark.parametrize("case", _PLAIN_CASES, ids=str)
 def test_plain_parameters_build_what_the_general_path_builds(xp, monkeypatch, case):
     """NumPy and CuPy parameters of one floating dtype take the constructor's fast path
-    (`_mvn._plain`): the distribution, or the error, is the general path's."""
+    (`_common.plain_parameters`): the distribution, or the error, is the general path's."""
     from xpops.distributions import _mvn
 
     if backend_name(xp) not in ("numpy", "cupy"):
@@ -485,7 +485,7 @@ def test_plain_parameters_build_what_the_general_path_builds(xp, monkeypatch, ca
     loc, matrix = as_xp(xp, rng.standard_normal(loc_shape), dtype), as_xp(xp, m, dtype)
     xpops.get_namespace(loc)  # the type's namespace cached, as after any earlier call
     taken = []
-    plain = _mvn._plain
+    plain = _mvn.plain_parameters
 
     def spy(*args):
         out = plain(*args)
@@ -495,13 +495,13 @@ def test_plain_parameters_build_what_the_general_path_builds(xp, monkeypatch, ca
     def build():
         return MultivariateNormal(loc, **{name: matrix}, validate_args=validate)
 
-    monkeypatch.setattr(_mvn, "_plain", spy)
+    monkeypatch.setattr(_mvn, "plain_parameters", spy)
     try:
         fast = build()
     except (TypeError, ValueError) as exc:
         fast = exc
     assert taken == [True]
-    monkeypatch.setattr(_mvn, "_plain", lambda *args: None)
+    monkeypatch.setattr(_mvn, "plain_parameters", lambda *args: None)
     try:
         general = build()
     except (TypeError, ValueError) as exc:

@@ -25,6 +25,7 @@ __all__ = [
     "namespace_of",
     "pack",
     "parameter_batch",
+    "plain_parameters",
     "raise_unless",
     "result",
     "same_device",
@@ -210,6 +211,40 @@ def same_device(loc: Array, matrix: Array, name: str) -> None:
         dl, dm = _compat.device(loc), _compat.device(matrix)
         msg = f"`loc` and `{name}` must be on the same device, got {dl} and {dm}"
         raise ValueError(msg)
+
+
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def plain_parameters(
+    loc: Any, cov: Any, precision: Any, tril: Any
+) -> tuple[Namespace, str, Array] | None:
+    """``(namespace, parameter name, matrix)`` of the constructor's arguments where exactly one
+    matrix is given and it and `loc` are arrays of one type whose namespace `get_namespace`
+    keeps by type (NumPy's and CuPy's ndarray, from the first call that meets them on), of
+    one device and of NumPy's own float32 or float64 dtype object (not an equal one with
+    metadata): arrays that the constructor's conversions and its checks of types, devices
+    and dtypes leave as they are (the shapes are still checked); None for anything else."""
+    cls = type(loc)
+    xp = _backend.namespace_of_type(cls)
+    if xp is None:
+        return None
+    if tril is not None and cov is None and precision is None:
+        name, matrix = "scale_tril", tril
+    elif cov is not None and precision is None and tril is None:
+        name, matrix = "covariance_matrix", cov
+    elif precision is not None and cov is None and tril is None:
+        name, matrix = "precision_matrix", precision
+    else:
+        return None
+    dtype = loc.dtype
+    if type(matrix) is not cls or matrix.dtype is not dtype:
+        return None
+    if dtype is not _FLOAT32 and dtype is not _FLOAT64:
+        return None
+    if cls is not np.ndarray and loc.device != matrix.device:
+        return None
+    return xp, name, matrix
 
 
 # ---- a distribution's state in the standard pickle ---------------------------------------------

@@ -20,11 +20,8 @@ import math
 import numbers
 from typing import Any, NamedTuple
 
-import numpy as np
-
 from .._autodiff import _jax
 from .._autodiff import _torch as _autograd
-from .._backend import namespace_of_type
 from .._lib import _compat, _random
 from .._lib._compile import compiling, untraced
 from .._lib._dispatch import Engines, dispatch
@@ -41,6 +38,7 @@ from ._common import (
     float_dtype,
     is_array,
     parameter_batch,
+    plain_parameters,
     result,
     same_device,
     sample_shape,
@@ -54,38 +52,6 @@ __all__ = ["MultivariateNormal"]
 
 _LOG_2PI = math.log(2 * math.pi)
 _PARAMS = ("covariance_matrix", "precision_matrix", "scale_tril")
-
-
-_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
-
-
-def _plain(loc: Any, cov: Any, precision: Any, tril: Any) -> tuple[Any, str, Array] | None:
-    """``(namespace, parameter name, matrix)`` where exactly one matrix is given and it and `loc`
-    are arrays of one type whose namespace `get_namespace` has cached (NumPy's and CuPy's
-    ndarray, once an earlier call has met them), of one device and of NumPy's own float32 or
-    float64 dtype object (not an equal one with metadata): arrays that the constructor's
-    conversions and its checks of types, devices and dtypes leave as they are (the shapes
-    are still checked); None for anything else."""
-    cls = type(loc)
-    xp = namespace_of_type(cls)
-    if xp is None:
-        return None
-    if tril is not None and cov is None and precision is None:
-        name, matrix = "scale_tril", tril
-    elif cov is not None and precision is None and tril is None:
-        name, matrix = "covariance_matrix", cov
-    elif precision is not None and cov is None and tril is None:
-        name, matrix = "precision_matrix", precision
-    else:
-        return None
-    dtype = loc.dtype
-    if type(matrix) is not cls or matrix.dtype is not dtype:
-        return None
-    if dtype is not _FLOAT32 and dtype is not _FLOAT64:
-        return None
-    if cls is not np.ndarray and loc.device != matrix.device:
-        return None
-    return xp, name, matrix
 
 
 class MultivariateNormal(CdfMethods, Properties):
@@ -215,7 +181,7 @@ class MultivariateNormal(CdfMethods, Properties):
                 validate_args=validate_args,
             )  # fmt: skip
             return
-        plain = _plain(loc, covariance_matrix, precision_matrix, scale_tril)
+        plain = plain_parameters(loc, covariance_matrix, precision_matrix, scale_tril)
         if plain is not None:  # NumPy or CuPy arrays of one floating dtype: checks that hold
             xp, name, matrix = plain
             self._validate = as_bool(validate_args, "validate_args")
