@@ -82,7 +82,7 @@ def torch_layout(a: Any) -> str | None:
     return name
 
 
-# PyTorch's layouts by their names, as `torch_layout` meets them (a lookup instead of a str).
+# The names of PyTorch's layouts, by layout, as `torch_layout` meets them (a lookup, not a str).
 _LAYOUT_NAMES: dict[Any, str] = {}
 
 

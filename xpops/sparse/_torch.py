@@ -202,7 +202,7 @@ def _union(x: Any, y: Any, dtype: Any) -> tuple[Any, Any, Any, Any]:
         frame = _Frame(layout.sparse_shape(x), xc.shape[1] + yc.shape[1], natural)
         (xptr, xidx), (yptr, yidx) = frame.csr(xc), frame.csr(yc)
         ncols = frame.ncols
-    xv, yv = xv.to(dtype), yv.to(dtype)
+    xv, yv = (v if v.dtype == dtype else v.to(dtype) for v in (xv, yv))
     if x.device.type == "cuda" and xv.ndim == 1 and xidx.shape[0] > 0:
         # a CSR x gives the result its index dtype (`_csr_result`)
         wide = x.layout == torch.sparse_csr and x.crow_indices().dtype == torch.int64
@@ -330,7 +330,7 @@ def _coo_2d(x: Any, y: Any, dtype: Any) -> Any:
         return None
     cx, cy = layout.coalesced(x), layout.coalesced(y)
     compute = _compute_dtype(dtype)
-    xv, yv = cx.values().to(compute), cy.values().to(compute)
+    xv, yv = (v if v.dtype == compute else v.to(compute) for v in (cx.values(), cy.values()))
     if x.device.type == "cuda" and xv.ndim == 1 and xv.shape[0] > 0:
         coords, values = _cuda_coo(cx.indices(), xv, cy.indices(), yv, shape, compute)
     else:
