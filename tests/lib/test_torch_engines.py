@@ -71,16 +71,17 @@ def _own_engines_for_small_systems(monkeypatch):
 
 @pytest.fixture
 def engines_used(monkeypatch):
-    """The kinds of own engine that served tensors in the test ("numpy", "cupy"), in order."""
+    """The kinds of own engine that served tensors in the test ("numpy", "cupy"), in order: a
+    hand-over to NumPy, or a run on CuPy (on views of the tensors, or on their addresses)."""
     used = []
-    for kind in ("numpy", "cupy"):
-        original = getattr(_torch, f"_on_{kind}")
+    for kind, name in (("numpy", "_on_numpy"), ("cupy", "_run_on_cupy")):
+        original = getattr(_torch, name)
 
         def spy(*args, _original=original, _kind=kind):
             used.append(_kind)
             return _original(*args)
 
-        monkeypatch.setattr(_torch, f"_on_{kind}", spy)
+        monkeypatch.setattr(_torch, name, spy)
     return used
 
 
@@ -724,6 +725,32 @@ def test_cholesky_solve_cuda_equals_cupy(cuda, dtype, upper, xs, batch, m, engin
     ref = xpops.linalg.cholesky_solve(cp.from_dlpack(tx), cp.from_dlpack(ty), upper=upper)
     _cuda_same(out, ref, device)
     assert engines_used == ["cupy"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_small_solves_by_address(cuda, dtype, monkeypatch):
+    """Contiguous CUDA tensors of small systems (M <= 32) of one batch go to the lanes kernel
+    by address, no view made; strided ones, and M > 32, through views: results equal the
+    same calls on CuPy arrays either way."""
+    cp, device = cuda
+    rng = np.random.default_rng(18)
+    views = []
+    view = _torch._cupy_view
+    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
+    for m, k, strided, viewed in [
+        (16, 1, False, 0),
+        (32, 3, False, 0),
+        (16, 2, True, 2),
+        (40, 1, False, 2),
+    ]:
+        y = torch.from_numpy(_factor(rng, (50,), m, dtype)).to(device).contiguous()
+        x = torch.from_numpy(_data(rng, (50, m, k), dtype, special=False)).to(device).contiguous()
+        if strided:
+            x = x.mT.contiguous().mT
+        views.clear()
+        out = xpops.linalg.cholesky_solve(x, y)
+        assert len(views) == viewed
+        _cuda_same(out, xpops.linalg.cholesky_solve(cp.from_dlpack(x), cp.from_dlpack(y)), device)
 
 
 def test_cuda_views_share_the_tensors_memory(cuda):

@@ -30,6 +30,7 @@ __all__ = [
     "check_device",
     "engine_for",
     "fast_tensors",
+    "numpy_dtype",
     "on_device",
     "opaque",
     "run_on_cupy",
@@ -374,6 +375,11 @@ def _cupy_view(t: Any) -> Any:
         strides = tuple(s * size for s in elements)
     memory = cuda.UnownedMemory(t.data_ptr(), extent * size, t, t.device.index)
     return cupy.ndarray(shape, dtype, cuda.MemoryPointer(memory, 0), strides)
+
+
+def numpy_dtype(dtype: Any) -> Any:
+    """NumPy's dtype of PyTorch's `dtype`, or None where NumPy has none (bfloat16, ...)."""
+    return _numpy_dtypes().get(dtype)
 
 
 @functools.cache

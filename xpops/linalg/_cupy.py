@@ -420,12 +420,26 @@ def solve_same_batch(x: cupy.ndarray, y: cupy.ndarray, upper: bool) -> cupy.ndar
     M, K = x.shape[-2], x.shape[-1]
     if M > LANES_MAX_M or not (x.flags.c_contiguous and y.flags.c_contiguous):
         return cholesky_solve(x, y, upper)
-    lanes, threads, kernel = lanes_launch(x.dtype, M, K == 1, x.data.device_id)
     out = cupy.empty(x.shape, x.dtype)
     n = out.size // (M * K)
-    args = (x.data.ptr, y.data.ptr, out.data.ptr, n, K, int(upper), 0, 0)
-    kernel(grid_1d(n * lanes, threads), threads, args)
+    solve_lanes_at(x.dtype, M, K, n, (x.data.ptr, y.data.ptr, out.data.ptr), upper, out.device.id)
     return out
+
+
+def solve_lanes_at(
+    dtype: np.dtype,
+    M: int,
+    K: int,
+    n: int,
+    pointers: tuple[int, int, int],
+    upper: bool,
+    device: int,
+) -> None:
+    """The lanes kernel on the device addresses of C-contiguous x (n, M, K), factors
+    (n, M, M) and the result (n, M, K) of `dtype` (`pointers`, in that order), one batch,
+    M <= LANES_MAX_M, on the current stream of `device` (the current one)."""
+    lanes, threads, kernel = lanes_launch(dtype, M, K == 1, device)
+    kernel(grid_1d(n * lanes, threads), threads, (*pointers, n, K, int(upper), 0, 0))
 
 
 def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> cupy.ndarray | None:

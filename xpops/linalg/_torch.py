@@ -14,6 +14,11 @@ From M = 64 the NumPy engine (BLAS ``trsm`` over the whole batch) is as fast or 
 1024, K = 64: 22 against 48 ms). So systems of M <= `_TORCH_MAX_M` go to PyTorch; its
 result, which LAPACK leaves column-major, is made C-contiguous as the contract says.
 
+The fast path's CUDA tensors of systems that the CuPy engine's lanes kernel takes (M <= 32),
+C-contiguous, go to that kernel by address (`_solve_lanes_at`), the result a tensor made
+here: neither operand is viewed and nothing comes back by DLPack, host time that short calls
+would otherwise add.
+
 `forward_keeping_half` and `backward_from_half` are the backward rule's engines (`._vjp`) for
 tensors: they hand systems of more than 64 unknowns to the NumPy or CuPy engines that keep the
 forward's first solve (`._numpy_grad`, `._cupy_grad`), and nothing smaller.
@@ -27,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._lib._dispatch import Engines
-from .._lib._torch import bridge, engine_for, on_device
+from .._lib._torch import bridge, engine_for, numpy_dtype, on_device, run_on_cupy
 from .._lib._typing import Array, Namespace
 
 __all__ = ["backward_from_half", "cholesky_solve", "forward_keeping_half", "solve_same_batch"]
@@ -84,7 +89,33 @@ def solve_same_batch(x: Array, y: Array, upper: bool) -> Array:
     device = x.device
     if device.type == "cpu" and y.shape[-1] <= _TORCH_MAX_M:
         return _solve(x, y, upper)
+    if device.type == "cuda":
+        out = _solve_lanes_at(x, y, upper)
+        if out is not None:
+            return out
     return on_device(_OWN_SAME_BATCH, device, x, y, upper)
+
+
+def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
+    """The CuPy engine's lanes kernel on the memory of CUDA tensors `x` (*batch, M, K) and
+    `y` (*batch, M, M) (one batch, nothing empty: the fast path's), into a tensor made here;
+    None where M is past the lanes kernel's (`_cupy.LANES_MAX_M`), a tensor is not
+    C-contiguous or its dtype has no kernel."""
+    from . import _cupy  # CuPy: imported already for CUDA tensors that it takes
+
+    m, k = int(x.shape[-2]), int(x.shape[-1])
+    dtype = numpy_dtype(x.dtype)
+    if m > _cupy.LANES_MAX_M or dtype is None or dtype.kind not in "fc":
+        return None
+    if not (x.is_contiguous() and y.is_contiguous()):
+        return None
+    torch = sys.modules["torch"]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    n = out.numel() // (m * k)
+    pointers = (x.data_ptr(), y.data_ptr(), out.data_ptr())
+    index = x.device.index
+    run_on_cupy(index, lambda view: _cupy.solve_lanes_at(dtype, m, k, n, pointers, upper, index))
+    return out
 
 
 def _none(*args: Any) -> None:
