@@ -40,7 +40,6 @@ __all__ = [
     "POINTS",
     "kernels_for",
     "layout",
-    "log_prob",
     "log_prob_at",
     "log_prob_of",
     "points_layout",
@@ -285,38 +284,23 @@ def kernels_for(dtype: Any, d: int) -> ModuleType | None:
     return sys.modules[__name__] if supported(dtype, d) else None
 
 
-def log_prob(
-    value: cupy.ndarray,
-    loc: cupy.ndarray,
-    tril: cupy.ndarray,
-    half_log_det: cupy.ndarray | None,
-    *,
-    check: bool,
-) -> tuple[cupy.ndarray, cupy.ndarray | None]:
-    """Log densities of the points ``value`` (n, D), C-contiguous; ``loc`` (n_loc, D), ``tril``
-    (n_tril, D, D) and ``half_log_det`` (n_tril,) contiguous, with n_loc and n_tril dividing n
-    (point o meets row o % n_loc and factor o % n_tril); ``half_log_det`` None for one factor,
-    whose half log-determinant each block computes. Returns ``(out, flag)``: ``flag`` is a
-    device int, nonzero if a value was not finite (None unless `check`)."""
-    n = value.shape[0]
-    out = cupy.empty(n, dtype=value.dtype)
-    flag = cupy.zeros((), dtype=cupy.int32) if check else None
-    if n:
-        log_prob_at(value.data.ptr, n, (loc, tril, half_log_det), out.data.ptr, flag)
-    return out, flag
-
-
 def log_prob_at(
     value: int,
     n: int,
     params: tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray | None],
     out: int,
-    flag: cupy.ndarray | None,
-) -> None:
-    """`log_prob` of the n >= 1 points at device address `value` (C-contiguous (n, D), of the
-    dtype of the layout `params`) into the n values at address `out`, on the current stream;
-    `flag`: a zeroed device int that a non-finite value sets, or None (no check)."""
+    check: bool,
+) -> bool:
+    """Log densities of the n >= 1 points at device address `value` (C-contiguous (n, D), of
+    the dtype of the layout `params`) into the n values at address `out`, on the current
+    stream. `params` is ``(loc, tril, half_log_det)`` as `layout` gives them: ``loc``
+    (n_loc, D), ``tril`` (n_tril, D, D) and ``half_log_det`` (n_tril,) contiguous, n_loc and
+    n_tril dividing n (point o meets row o % n_loc and factor o % n_tril), ``half_log_det``
+    None for one factor, whose half log-determinant each block computes. With `check`, the
+    kernel sets a zeroed device flag at a value that is not finite, read once here (a
+    synchronisation): returns False if it was set, else True."""
     loc, tril, half = params
+    flag = cupy.zeros((), dtype=cupy.int32) if check else None
     args = (
         value,
         loc.data.ptr,
@@ -330,6 +314,7 @@ def log_prob_at(
     )
     kernel = _launcher("log_prob", dtype_name(tril.dtype), int(tril.shape[-1]))
     kernel(grid_1d(n, POINTS), POINTS, args)
+    return flag is None or not read_int(flag, 0)
 
 
 def _mix64(z: int) -> int:
@@ -435,12 +420,11 @@ def log_prob_of(
     nb = len(batch)
     if out_batch != vs[:-1] or (nb and out_batch[-nb:] != batch) or math.prod(out_batch) == 0:
         return None
-    loc, tril, half = params()
     flat = value.reshape(-1, vs[-1])
     if not flat.flags.c_contiguous:
         flat = flat.copy()
-    out, flag = log_prob(flat, loc, tril, half, check=check)
-    if flag is not None and read_int(flag, 0):
+    out = cupy.empty(flat.shape[0], dtype=value.dtype)
+    if not log_prob_at(flat.data.ptr, flat.shape[0], params(), out.data.ptr, check):
         raise ValueError(bad_values("value", vs, False))
     return out.reshape(out_batch)
 

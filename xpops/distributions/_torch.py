@@ -107,15 +107,12 @@ def log_prob_of_tensor(dist: Any, value: Any) -> Any:
     n = value.numel() // dist._d
     if n == 0:
         return None
-    from .._lib._cuda import read_int  # CuPy: imported once a mirror exists
-    from . import _cupy
+    from . import _cupy  # CuPy: imported once a mirror exists
 
     out = torch.empty(value.shape[:-1], dtype=value.dtype, device=value.device)
 
     def run(view: Any) -> bool:
-        flag = sys.modules["cupy"].zeros((), dtype="int32") if dist._validate else None
-        _cupy.log_prob_at(value.data_ptr(), n, params, out.data_ptr(), flag)
-        return flag is None or not read_int(flag, 0)
+        return _cupy.log_prob_at(value.data_ptr(), n, params, out.data_ptr(), dist._validate)
 
     if not run_on_cupy(loc.device.index, run):
         raise ValueError(bad_values("value", tuple(value.shape), False))
