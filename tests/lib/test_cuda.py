@@ -177,6 +177,35 @@ def test_fast_kernel_runs_on_the_current_stream(cupy_only, affine):
     np.testing.assert_array_equal(out.get(), 3 * np.arange(n) + 1)
 
 
+_PLANE = r"""
+extern "C" __global__ void xpops_test_plane(long long* out, long long n) {
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        out[blockIdx.y * n + i] = 1000 * (long long)blockIdx.y + i;
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_fast_kernel_two_dimensional_grid(cupy_only, fast):
+    """A grid given as (x, y) launches y rows of x blocks; an int is one row."""
+    cp = cupy_only
+    kernel = _cuda.FastKernel(cp.RawKernel(_PLANE, "xpops_test_plane"), "pq", fast=fast)
+    n, rows, threads = 300, 5, 128
+    out = cp.full(rows * n + 3, -1, dtype=cp.int64)
+    kernel((_cuda.grid_1d(n, threads), rows), threads, (out.data.ptr, n))
+    want = 1000 * np.arange(rows)[:, None] + np.arange(n)
+    got = out.get()
+    np.testing.assert_array_equal(got[: rows * n].reshape(rows, n), want)
+    np.testing.assert_array_equal(got[rows * n :], -1)
+    out[...] = -1
+    kernel(_cuda.grid_1d(n, threads), threads, (out.data.ptr, n))
+    got = out.get()
+    np.testing.assert_array_equal(got[:n], np.arange(n))
+    np.testing.assert_array_equal(got[n:], -1)
+
+
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("count", [3, 5])
 def test_fast_kernel_wrong_argument_count(cupy_only, affine, fast, count):

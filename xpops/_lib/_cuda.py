@@ -202,18 +202,22 @@ class FastKernel:
         """Whether launches go straight through the driver."""
         return self._fast
 
-    def __call__(self, blocks: int, threads: int, args: Sequence[int], shared: int = 0) -> None:
-        """Launch on `blocks` blocks of `threads` threads, on the current stream."""
+    def __call__(
+        self, blocks: int | tuple[int, int], threads: int, args: Sequence[int], shared: int = 0
+    ) -> None:
+        """Launch on `blocks` blocks (an int, or the x and y sizes of a 2-D grid) of `threads`
+        threads, with `shared` bytes of dynamic shared memory, on the current stream."""
         if len(args) != len(self.signature):
             msg = f"the kernel takes {len(self.signature)} arguments, got {len(args)}"
             raise ValueError(msg)
+        blocks_x, blocks_y = blocks if isinstance(blocks, tuple) else (blocks, 1)
         if not self._fast:
-            self._typed_launch(blocks, threads, args, shared)
+            self._typed_launch((blocks_x, blocks_y), threads, args, shared)
             return
         cupy.cuda.driver.launchKernel(
             self._function,
-            blocks,
-            1,
+            blocks_x,
+            blocks_y,
             1,
             threads,
             1,
@@ -224,7 +228,9 @@ class FastKernel:
             0,
         )
 
-    def _typed_launch(self, blocks: int, threads: int, args: Sequence[int], shared: int) -> None:
+    def _typed_launch(
+        self, blocks: tuple[int, int], threads: int, args: Sequence[int], shared: int
+    ) -> None:
         types = {"p": np.uint64, "q": np.int64, "i": np.int32}
         typed = tuple(types[k](a) for k, a in zip(self.signature, args, strict=True))
-        self.kernel((blocks,), (threads,), typed, shared_mem=shared)
+        self.kernel(blocks, (threads,), typed, shared_mem=shared)

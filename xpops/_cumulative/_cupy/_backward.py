@@ -36,9 +36,8 @@ no term; a NaN output or cotangent spreads NaN to the inputs it covers; an input
 import math
 
 import cupy
-import numpy as np
 
-from ..._lib._cuda import C_TYPES, multiprocessors
+from ..._lib._cuda import C_TYPES, FastKernel, multiprocessors
 from ..._lib._dtypes import dtype_name
 from . import choose_kernel, logcumsumexp
 from ._device import CHUNKS, GRAD_MAPS, LOOK_BACK, PAIRS, VECTOR, WARP, look_back_state
@@ -273,14 +272,15 @@ _OPTIONS = ("-std=c++17",)
 
 
 @cupy.memoize(for_each_device=True)
-def _grad_tiles(dtype_name: str, rounds: int, threads: int, min_blocks: int) -> cupy.RawKernel:
+def _grad_tiles(dtype_name: str, rounds: int, threads: int, min_blocks: int) -> FastKernel:
     """The ``grad_tiles`` kernel of `dtype_name`, compiled for the current device on first
     use."""
     name = (
         f"xpops_logcumsumexp_grad_tiles<{C_TYPES[dtype_name]}, {rounds}, {threads}, {min_blocks}>"
     )
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
-    return module.get_function(name)
+    # x, y, g, dx, L, tiles_per_row, tiles, prefetch_distance, exclusive, reverse, state
+    return FastKernel(module.get_function(name), "ppppqqqqiip")
 
 
 def grad_tile_items(dtype_name: str) -> int:
@@ -361,21 +361,19 @@ def _grad_tiles_scan(
     state = look_back_state(tiles, x.dtype)
     long_rows = tiles_per_row >= GRAD_PREFETCH_MIN_TILES
     prefetch = GRAD_PREFETCH_PER_SM * multiprocessors() if long_rows else 0
+    pointers = (x.data.ptr, y.data.ptr, g.data.ptr, dx.data.ptr)
     _grad_tiles(name, GRAD_ROUNDS[name], GRAD_THREADS, GRAD_MIN_BLOCKS[name])(
-        (tiles,),
-        (GRAD_THREADS,),
+        tiles,
+        GRAD_THREADS,
         (
-            x,
-            y,
-            g,
-            dx,
-            np.int64(L),
-            np.int64(tiles_per_row),
-            np.int64(tiles),
-            np.int64(prefetch),
-            np.int32(exclusive),
-            np.int32(reverse),
-            state,
+            *pointers,
+            L,
+            tiles_per_row,
+            tiles,
+            prefetch,
+            int(exclusive),
+            int(reverse),
+            state.data.ptr,
         ),
     )
     return dx

@@ -12,9 +12,8 @@ could lose accuracy (NaN, +-inf, large jumps).
 """
 
 import cupy
-import numpy as np
 
-from ..._lib._cuda import C_TYPES
+from ..._lib._cuda import C_TYPES, FastKernel
 from ..._lib._dtypes import dtype_name
 from ._device import FAST_PATH, LOOK_BACK, PAIRS, TILE_MATH, look_back_state
 
@@ -287,6 +286,12 @@ _CODE = PAIRS + FAST_PATH + LOOK_BACK + TILE_MATH + _SOURCE
 _OPTIONS = ("-std=c++17", f"-DBLOCK={BLOCK}")
 
 
+# FastKernel signatures (p a pointer, q a 64-bit, i a 32-bit integer): columns takes x, out, L,
+# inner, lanes, groups, exclusive, reverse, state; column_blocks x, out, L, inner, lanes,
+# exclusive, reverse
+_SIGNATURES = {"columns": "ppqqqqiip", "column_blocks": "ppqqqii"}
+
+
 def _names(dtype_name: str) -> dict[str, str]:
     t = C_TYPES[dtype_name]
     return {
@@ -299,12 +304,12 @@ def _names(dtype_name: str) -> dict[str, str]:
 
 
 @cupy.memoize(for_each_device=True)
-def kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
+def kernels(dtype_name: str) -> dict[str, FastKernel]:
     """The ``columns`` and ``column_blocks`` kernels of `dtype_name`, compiled for the current
     device on first use."""
     names = _names(dtype_name)
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=list(names.values()))
-    return {key: module.get_function(name) for key, name in names.items()}
+    return {key: FastKernel(module.get_function(names[key]), _SIGNATURES[key]) for key in names}
 
 
 def scan_columns(
@@ -324,21 +329,8 @@ def scan_columns(
     groups = -(-lanes // BLOCK)
     tiles = groups * -(-L // items)
     state = look_back_state(tiles * BLOCK, x.dtype)
-    kernel(
-        (tiles,),
-        (BLOCK,),
-        (
-            x,
-            out,
-            np.int64(L),
-            np.int64(inner),
-            np.int64(lanes),
-            np.int64(groups),
-            np.int32(exclusive),
-            np.int32(reverse),
-            state,
-        ),
-    )
+    args = (x.data.ptr, out.data.ptr, L, inner, lanes, groups)
+    kernel(tiles, BLOCK, (*args, int(exclusive), int(reverse), state.data.ptr))
 
 
 def scan_column_blocks(
@@ -354,16 +346,5 @@ def scan_column_blocks(
     column_blocks kernel."""
     kernel = kernels(dtype_name(x.dtype))["column_blocks"]
     lanes = outer * inner
-    kernel(
-        (-(-lanes // 32),),
-        (COLUMN_BLOCK_THREADS,),
-        (
-            x,
-            out,
-            np.int64(L),
-            np.int64(inner),
-            np.int64(lanes),
-            np.int32(exclusive),
-            np.int32(reverse),
-        ),
-    )
+    args = (x.data.ptr, out.data.ptr, L, inner, lanes, int(exclusive), int(reverse))
+    kernel(-(-lanes // 32), COLUMN_BLOCK_THREADS, args)

@@ -15,9 +15,8 @@ store of a warp is one contiguous row.
 import math
 
 import cupy
-import numpy as np
 
-from ..._lib._cuda import C_TYPES, MAX_GRID_Y, multiprocessors
+from ..._lib._cuda import C_TYPES, MAX_GRID_Y, FastKernel, multiprocessors
 from ..._lib._dtypes import dtype_name
 from ._device import GRAD_MAPS, PAIRS
 
@@ -239,7 +238,7 @@ _OPTIONS = ("-std=c++17",)
 
 
 @cupy.memoize(for_each_device=True)
-def _grad_columns(dtype_name: str) -> tuple[cupy.RawKernel, cupy.RawKernel]:
+def _grad_columns(dtype_name: str) -> tuple[FastKernel, FastKernel]:
     """The ``grad_column_maps`` and ``grad_columns`` kernels of `dtype_name`."""
     t = C_TYPES[dtype_name]
     names = [
@@ -247,16 +246,20 @@ def _grad_columns(dtype_name: str) -> tuple[cupy.RawKernel, cupy.RawKernel]:
         f"xpops_logcumsumexp_grad_columns<{t}>",
     ]
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=names)
-    maps, columns = (module.get_function(name) for name in names)
+    # y, g, maps, L, inner, lanes, seg, reverse; x, y, g, maps, dx, L, inner, lanes, seg,
+    # exclusive, reverse
+    maps = FastKernel(module.get_function(names[0]), "pppqqqqi")
+    columns = FastKernel(module.get_function(names[1]), "pppppqqqqii")
     return maps, columns
 
 
 @cupy.memoize(for_each_device=True)
-def _grad_column_blocks(dtype_name: str, items: int, threads: int) -> cupy.RawKernel:
+def _grad_column_blocks(dtype_name: str, items: int, threads: int) -> FastKernel:
     """The ``grad_column_blocks`` kernel of `dtype_name`, runs of `items`, `threads` a block."""
     name = f"xpops_logcumsumexp_grad_column_blocks<{C_TYPES[dtype_name]}, {items}, {threads}>"
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
-    return module.get_function(name)
+    # x, y, g, dx, L, inner, lanes, exclusive, reverse
+    return FastKernel(module.get_function(name), "ppppqqqii")
 
 
 def column_block_shape(lanes: int, dtype_name: str) -> tuple[int, int] | None:
@@ -286,13 +289,12 @@ def grad_columns_scan(
     maps = cupy.empty((segments, lanes, 2), x.dtype)
     dx = cupy.empty(x.shape, x.dtype)
     grid = (-(-lanes // GRAD_COLUMN_THREADS), segments)
-    sizes = (np.int64(L), np.int64(inner), np.int64(lanes), np.int64(seg))
-    maps_kernel(grid, (GRAD_COLUMN_THREADS,), (y, g, maps, *sizes, np.int32(reverse)))
-    columns_kernel(
-        grid,
-        (GRAD_COLUMN_THREADS,),
-        (x, y, g, maps, dx, *sizes, np.int32(exclusive), np.int32(reverse)),
+    sizes = (L, inner, lanes, seg)
+    maps_kernel(
+        grid, GRAD_COLUMN_THREADS, (y.data.ptr, g.data.ptr, maps.data.ptr, *sizes, int(reverse))
     )
+    pointers = (x.data.ptr, y.data.ptr, g.data.ptr, maps.data.ptr, dx.data.ptr)
+    columns_kernel(grid, GRAD_COLUMN_THREADS, (*pointers, *sizes, int(exclusive), int(reverse)))
     return dx
 
 
@@ -315,8 +317,8 @@ def grad_column_blocks_scan(
         shape = column_block_shape(lanes, name) or COLUMN_BLOCK_SHAPES[name][-1][1:]
     items, threads = shape
     dx = cupy.empty(x.shape, x.dtype)
-    args = (x, y, g, dx, np.int64(L), np.int64(inner), np.int64(lanes))
+    args = (x.data.ptr, y.data.ptr, g.data.ptr, dx.data.ptr, L, inner, lanes)
     _grad_column_blocks(name, items, threads)(
-        (-(-lanes // 32),), (threads,), (*args, np.int32(exclusive), np.int32(reverse))
+        -(-lanes // 32), threads, (*args, int(exclusive), int(reverse))
     )
     return dx

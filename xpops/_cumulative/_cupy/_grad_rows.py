@@ -13,9 +13,8 @@ memory, no barrier, no look-back state.
 """
 
 import cupy
-import numpy as np
 
-from ..._lib._cuda import C_TYPES
+from ..._lib._cuda import C_TYPES, FastKernel
 from ..._lib._dtypes import dtype_name
 from ._device import CHUNKS, GRAD_MAPS, PAIRS, VECTOR, WARP
 
@@ -164,12 +163,13 @@ _OPTIONS = ("-std=c++17", f"-DGRAD_ROWS_BLOCK={GRAD_ROWS_BLOCK}")
 
 
 @cupy.memoize(for_each_device=True)
-def _grad_rows(dtype_name: str, lanes: int, rounds: int) -> cupy.RawKernel:
+def _grad_rows(dtype_name: str, lanes: int, rounds: int) -> FastKernel:
     """The ``grad_rows`` kernel of `dtype_name` with `lanes` lanes a row, compiled for the
     current device on first use."""
     name = f"xpops_logcumsumexp_grad_rows<{C_TYPES[dtype_name]}, {lanes}, {rounds}>"
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
-    return module.get_function(name)
+    # x, y, g, dx, rows, L, exclusive, reverse, vector
+    return FastKernel(module.get_function(name), "ppppqqiii")
 
 
 def grad_rows_lanes(L: int, dtype_name: str, rounds: int = GRAD_ROWS_ROUNDS) -> int:
@@ -199,21 +199,11 @@ def grad_rows_scan(
     dx = cupy.empty(x.shape, x.dtype)
     vec = VECTOR[name]
     align = vec * x.itemsize
-    pointers = (a.data.ptr for a in (x, y, g, dx))
+    pointers = tuple(a.data.ptr for a in (x, y, g, dx))
     vector = L % vec == 0 and all(p % align == 0 for p in pointers)
     _grad_rows(name, lanes, rounds)(
-        (-(-rows * lanes // GRAD_ROWS_BLOCK),),
-        (GRAD_ROWS_BLOCK,),
-        (
-            x,
-            y,
-            g,
-            dx,
-            np.int64(rows),
-            np.int64(L),
-            np.int32(exclusive),
-            np.int32(reverse),
-            np.int32(vector),
-        ),
+        -(-rows * lanes // GRAD_ROWS_BLOCK),
+        GRAD_ROWS_BLOCK,
+        (*pointers, rows, L, int(exclusive), int(reverse), int(vector)),
     )
     return dx

@@ -12,9 +12,8 @@ against it, and scan it with exact pairwise combines otherwise.
 """
 
 import cupy
-import numpy as np
 
-from ..._lib._cuda import C_TYPES
+from ..._lib._cuda import C_TYPES, FastKernel
 from ..._lib._dtypes import dtype_name
 from ._device import CHUNKS, FAST_PATH, PAIRS, VECTOR, WARP
 
@@ -314,11 +313,12 @@ _OPTIONS = (
 
 
 @cupy.memoize(for_each_device=True)
-def kernel(dtype_name: str) -> cupy.RawKernel:
+def kernel(dtype_name: str) -> FastKernel:
     """The rows kernel of `dtype_name`, compiled for the current device on first use."""
     name = f"xpops_logcumsumexp_rows<{C_TYPES[dtype_name]}, {ROW_CHUNK[dtype_name]}>"
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
-    return module.get_function(name)
+    # x, out, rows, L, exclusive, reverse
+    return FastKernel(module.get_function(name), "ppqqii")
 
 
 def scan(
@@ -326,9 +326,9 @@ def scan(
 ) -> None:
     """The scan of the `rows` rows of length `L` of `x` (C-contiguous) into `out`."""
     kernel(dtype_name(x.dtype))(
-        (-(-rows // ROWS_BLOCK),),
-        (ROWS_BLOCK,),
-        (x, out, np.int64(rows), np.int64(L), np.int32(exclusive), np.int32(reverse)),
+        -(-rows // ROWS_BLOCK),
+        ROWS_BLOCK,
+        (x.data.ptr, out.data.ptr, rows, L, int(exclusive), int(reverse)),
     )
 
 
@@ -350,12 +350,13 @@ def group_layout(L: int, dtype_name: str) -> tuple[int, int, int]:
 
 
 @cupy.memoize(for_each_device=True)
-def group_kernel(dtype_name: str, lanes: int, rounds: int, u: int) -> cupy.RawKernel:
+def group_kernel(dtype_name: str, lanes: int, rounds: int, u: int) -> FastKernel:
     """The group_rows kernel of `dtype_name` for rows held by `lanes` lanes in `rounds` rounds,
     `u` rows a lane (`group_layout`), compiled for the current device on first use."""
     name = f"xpops_logcumsumexp_group_rows<{C_TYPES[dtype_name]}, {lanes}, {rounds}, {u}>"
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=[name])
-    return module.get_function(name)
+    # x, out, rows, L, exclusive, reverse, vector
+    return FastKernel(module.get_function(name), "ppqqiii")
 
 
 def scan_groups(
@@ -370,15 +371,7 @@ def scan_groups(
     vector = L % vec == 0 and x.data.ptr % align == 0 and out.data.ptr % align == 0
     rows_a_block = GROUP_ROWS_BLOCK // lanes * u
     group_kernel(name, lanes, rounds, u)(
-        (-(-rows // rows_a_block),),
-        (GROUP_ROWS_BLOCK,),
-        (
-            x,
-            out,
-            np.int64(rows),
-            np.int64(L),
-            np.int32(exclusive),
-            np.int32(reverse),
-            np.int32(vector),
-        ),
+        -(-rows // rows_a_block),
+        GROUP_ROWS_BLOCK,
+        (x.data.ptr, out.data.ptr, rows, L, int(exclusive), int(reverse), int(vector)),
     )

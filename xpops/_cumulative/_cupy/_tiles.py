@@ -16,7 +16,7 @@ Either kernel may start each row from a carry, a value standing before the row's
 import cupy
 import numpy as np
 
-from ..._lib._cuda import C_TYPES, multiprocessors
+from ..._lib._cuda import C_TYPES, FastKernel, multiprocessors
 from ..._lib._dtypes import dtype_name
 from ._device import (
     CHUNKS,
@@ -442,7 +442,9 @@ xpops_logcumsumexp_tiles_staged(const T* __restrict__ x, T* __restrict__ out, co
 _CODE = PAIRS + WARP + FAST_PATH + LOOK_BACK + CHUNKS + TILE_MATH + _SOURCE
 _OPTIONS = ("-std=c++17",)
 
-_NULL = np.uint64(0)  # a null pointer argument
+# FastKernel signature of both kernels: x, out, L, tiles_per_row, tiles, prefetch_distance,
+# exclusive, reverse, state, carry (p a pointer, q a 64-bit, i a 32-bit integer)
+_SIGNATURE = "ppqqqqiipp"
 
 
 def _names(dtype_name: str) -> dict[str, str]:
@@ -460,7 +462,7 @@ def _names(dtype_name: str) -> dict[str, str]:
 
 
 @cupy.memoize(for_each_device=True)
-def kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
+def kernels(dtype_name: str) -> dict[str, FastKernel]:
     """The ``tiles`` and ``tiles_staged`` kernels of `dtype_name`, compiled for the current
     device on first use."""
     names = _names(dtype_name)
@@ -468,7 +470,7 @@ def kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
     compiled = {key: module.get_function(name) for key, name in names.items()}
     # above 48 KiB a kernel must ask for its dynamic shared memory
     compiled["tiles_staged"].max_dynamic_shared_size_bytes = staged_shared_bytes(dtype_name)
-    return compiled
+    return {key: FastKernel(kernel, _SIGNATURE) for key, kernel in compiled.items()}
 
 
 def staged_shared_bytes(dtype_name: str) -> int:
@@ -501,19 +503,19 @@ def scan(
     long_rows = tiles_per_row >= TILES_PREFETCH_MIN_TILES
     prefetch = TILES_PREFETCH_PER_SM * multiprocessors() if long_rows else 0
     kernel(
-        (tiles,),
-        (TILES_BLOCK,),
+        tiles,
+        TILES_BLOCK,
         (
-            x,
-            out,
-            np.int64(L),
-            np.int64(tiles_per_row),
-            np.int64(tiles),
-            np.int64(prefetch),
-            np.int32(exclusive),
-            np.int32(reverse),
-            state,
-            _NULL if carry is None else carry,
+            x.data.ptr,
+            out.data.ptr,
+            L,
+            tiles_per_row,
+            tiles,
+            prefetch,
+            int(exclusive),
+            int(reverse),
+            state.data.ptr,
+            0 if carry is None else carry.data.ptr,
         ),
-        shared_mem=staged_shared_bytes(name) if kind == "tiles_staged" else 0,
+        staged_shared_bytes(name) if kind == "tiles_staged" else 0,
     )

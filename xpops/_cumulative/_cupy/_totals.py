@@ -7,9 +7,8 @@ reduction needs neither the scan's look-back nor its exact path.
 """
 
 import cupy
-import numpy as np
 
-from ..._lib._cuda import C_TYPES, multiprocessors
+from ..._lib._cuda import C_TYPES, FastKernel, multiprocessors
 from ..._lib._dtypes import dtype_name
 from ._device import CHUNKS, PAIRS, VECTOR, WARP
 
@@ -108,12 +107,14 @@ def _names(dtype_name: str) -> dict[str, str]:
 
 
 @cupy.memoize(for_each_device=True)
-def kernels(dtype_name: str) -> dict[str, cupy.RawKernel]:
+def kernels(dtype_name: str) -> dict[str, FastKernel]:
     """The ``parts`` and ``rows`` kernels of `dtype_name`, compiled for the current device on
     first use."""
     names = _names(dtype_name)
     module = cupy.RawModule(code=_CODE, options=_OPTIONS, name_expressions=list(names.values()))
-    return {key: module.get_function(name) for key, name in names.items()}
+    # parts: x, L, parts, part, partials; rows: partials, rows, parts, totals
+    signatures = {"parts": "pqqqp", "rows": "pqqp"}
+    return {key: FastKernel(module.get_function(names[key]), signatures[key]) for key in names}
 
 
 def row_totals(x: cupy.ndarray, rows: int, L: int) -> cupy.ndarray:
@@ -127,15 +128,11 @@ def row_totals(x: cupy.ndarray, rows: int, L: int) -> cupy.ndarray:
     partials = cupy.empty(2 * rows * parts, x.dtype)
     totals = cupy.empty(rows, x.dtype)
     compiled = kernels(dtype_name(x.dtype))
-    compiled["parts"](
-        (rows * parts,),
-        (TOTAL_THREADS,),
-        (x, np.int64(L), np.int64(parts), np.int64(part), partials),
-    )
+    compiled["parts"](rows * parts, TOTAL_THREADS, (x.data.ptr, L, parts, part, partials.data.ptr))
     rows_a_block = TOTAL_COMBINE_THREADS // 32
     compiled["rows"](
-        (-(-rows // rows_a_block),),
-        (TOTAL_COMBINE_THREADS,),
-        (partials, np.int64(rows), np.int64(parts), totals),
+        -(-rows // rows_a_block),
+        TOTAL_COMBINE_THREADS,
+        (partials.data.ptr, rows, parts, totals.data.ptr),
     )
     return totals
