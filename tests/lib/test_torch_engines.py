@@ -730,8 +730,8 @@ def test_cholesky_solve_cuda_equals_cupy(cuda, dtype, upper, xs, batch, m, engin
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_small_solves_by_address(cuda, dtype, monkeypatch):
     """Contiguous CUDA tensors of small systems (M <= 32) of one batch go to the lanes kernel
-    by address, no view made; strided ones, and M > 32, through views: results equal the
-    same calls on CuPy arrays either way."""
+    by address, no view made; strided ones, lazily conjugated ones, and M > 32, through views:
+    results equal the same calls on CuPy arrays either way."""
     cp, device = cuda
     rng = np.random.default_rng(18)
     views = []
@@ -751,6 +751,21 @@ def test_cuda_small_solves_by_address(cuda, dtype, monkeypatch):
         out = xpops.linalg.cholesky_solve(x, y)
         assert len(views) == viewed
         _cuda_same(out, xpops.linalg.cholesky_solve(cp.from_dlpack(x), cp.from_dlpack(y)), device)
+    if np.dtype(dtype).kind == "c":
+        # PyTorch's lazy conjugates share the memory of the unconjugated values: they take
+        # the views (which resolve them), and the results are those of the conjugated arrays
+        y = torch.from_numpy(_factor(rng, (50,), 16, dtype)).to(device)
+        x = torch.from_numpy(_data(rng, (50, 16, 2), dtype, special=False)).to(device)
+        for a, b in [(x, y.conj()), (x.conj(), y), (x.conj(), y.conj())]:
+            assert a.is_contiguous()
+            assert b.is_contiguous()
+            views.clear()
+            out = xpops.linalg.cholesky_solve(a, b)
+            assert len(views) == 2
+            ref = xpops.linalg.cholesky_solve(
+                cp.from_dlpack(a.resolve_conj()), cp.from_dlpack(b.resolve_conj())
+            )
+            _cuda_same(out, ref, device)
 
 
 def test_cuda_views_share_the_tensors_memory(cuda):

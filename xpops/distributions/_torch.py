@@ -102,6 +102,7 @@ def log_prob_of_tensor(dist: Any, value: Any) -> Any:
         or value.ndim < 1
         or value.shape[-1] != dist._d
         or not value.is_contiguous()
+        or value.is_neg()  # a negative view: its memory holds the negation of its values
     ):
         return None
     n = value.numel() // dist._d

@@ -1,7 +1,7 @@
 """PyTorch engine of cholesky_solve: ``torch.cholesky_solve`` for CPU tensors of small systems,
 the op's own engines otherwise (`.._lib._torch.bridge`: the NumPy engine on CPU tensors' memory,
 the CuPy engine on CUDA tensors', the generic engine for the rest; the fast path's tensors,
-already checked, go to `.._lib._torch.on_device`).
+already checked, go to `.._lib._torch.on_device`, or by address to the lanes kernel, below).
 
 ``torch.cholesky_solve`` meets the contract: LAPACK's ``potrs`` reads only the used triangle
 and gives inf or NaN for a system with a zero pivot, without an error; batches broadcast. Its C
@@ -15,9 +15,10 @@ From M = 64 the NumPy engine (BLAS ``trsm`` over the whole batch) is as fast or 
 result, which LAPACK leaves column-major, is made C-contiguous as the contract says.
 
 The fast path's CUDA tensors of systems that the CuPy engine's lanes kernel takes (M <= 32),
-C-contiguous, go to that kernel by address (`_solve_lanes_at`), the result a tensor made
-here: neither operand is viewed and nothing comes back by DLPack, host time that short calls
-would otherwise add.
+C-contiguous and holding their values as stored (no conjugate or negative bit: PyTorch's lazy
+``conj()`` shares the memory of the unconjugated values), go to that kernel by address
+(`_solve_lanes_at`), the result a tensor made here: neither operand is viewed and nothing
+comes back by DLPack, host time that short calls would otherwise add.
 
 `forward_keeping_half` and `backward_from_half` are the backward rule's engines (`._vjp`) for
 tensors: they hand systems of more than 64 unknowns to the NumPy or CuPy engines that keep the
@@ -100,7 +101,8 @@ def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
     """The CuPy engine's lanes kernel on the memory of CUDA tensors `x` (*batch, M, K) and
     `y` (*batch, M, M) (one batch, nothing empty: the fast path's), into a tensor made here;
     None where M is past the lanes kernel's (`_cupy.LANES_MAX_M`), a tensor is not
-    C-contiguous or its dtype has no kernel."""
+    C-contiguous, has its conjugate or negative bit set (its memory does not hold its values;
+    the views' path resolves them), or its dtype has no kernel."""
     from . import _cupy  # CuPy: imported already for CUDA tensors that it takes
 
     m, k = int(x.shape[-2]), int(x.shape[-1])
@@ -108,6 +110,8 @@ def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
     if m > _cupy.LANES_MAX_M or dtype is None or dtype.kind not in "fc":
         return None
     if not (x.is_contiguous() and y.is_contiguous()):
+        return None
+    if x.is_conj() or y.is_conj() or x.is_neg() or y.is_neg():
         return None
     torch = sys.modules["torch"]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
