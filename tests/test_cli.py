@@ -204,6 +204,7 @@ def test_bench_rows_stream_with_a_counter(tmp_path):
     result = json.loads(path.read_text())
     assert len(result["results"]) == total
     assert result["full"] is False
+    assert all(r["memory_gb"] == {} for r in result["results"])  # no device memory on the CPU
 
 
 def test_full_adds_cases(monkeypatch):

@@ -107,6 +107,7 @@ def _safe_time(timer: Any, fn: Callable[[], Any], repeats: int, per_call: bool) 
         return f"{type(exc).__name__}"
     finally:
         gc.collect()
+        timer.release()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     records = []
     for number, case in enumerate(cases, 1):
         case_start = time.perf_counter()
+        timer.release()
+        memory = timer.memory()
         ms = (
             timer.per_call(case.run, args.repeats)
             if case.per_call
@@ -149,6 +152,7 @@ def run(args: argparse.Namespace) -> int:
             "bandwidth_fraction": gbps / bandwidth[case.bandwidth],
             "peers_ms": peers,
             "wall_s": time.perf_counter() - case_start,
+            "memory_gb": memory,
         }
         records.append(record)
         print(_row(record, f"[{number}/{len(cases)}]"), flush=True)

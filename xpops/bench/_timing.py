@@ -1,6 +1,7 @@
 """Timers and bandwidth probes for the CPU (NumPy) and a CUDA GPU (CuPy)."""
 
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,13 @@ class CpuTimer:
     def per_call(self, fn: Callable[[], Any], repeats: int = REPEATS) -> float:
         return per_call(fn, lambda: None, repeats)
 
+    def memory(self) -> dict[str, float]:
+        """The device memory figures of `GpuTimer.memory`: none on the CPU."""
+        return {}
+
+    def release(self) -> None:
+        """Nothing to give back on the CPU (see `GpuTimer.release`)."""
+
     def device_name(self) -> str:
         import platform
 
@@ -108,6 +116,36 @@ class GpuTimer:
         """`per_call` with a synchronization of the current device (CuPy, PyTorch and JAX
         work alike: JAX callables end with ``block_until_ready()``)."""
         return per_call(fn, self._cupy.cuda.Device().synchronize, repeats)
+
+    def memory(self) -> dict[str, float]:
+        """GB of the current device's memory: free and total (the driver's count), used and
+        held by CuPy's default pool, and reserved by PyTorch's caching allocator where PyTorch
+        has used CUDA in this process. Peers of several libraries in one process compete for
+        the device's memory; these figures show how much each holds."""
+        cupy = self._cupy
+        free, total = cupy.cuda.runtime.memGetInfo()
+        pool = cupy.get_default_memory_pool()
+        out = {
+            "free": free / 1e9,
+            "total": total / 1e9,
+            "cupy_used": pool.used_bytes() / 1e9,
+            "cupy_held": pool.total_bytes() / 1e9,
+        }
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            out["torch_reserved"] = torch.cuda.memory_reserved() / 1e9
+        return out
+
+    def release(self) -> None:
+        """Give the device back the blocks CuPy's pool and PyTorch's caching allocator hold
+        unused. A peer that runs out of memory leaves its library's cache full, and the next
+        case's allocations then meet a full device: CuPy frees its whole pool and retries on
+        every failing allocation, and a case's time would depend on the cases before it.
+        Called before each case and after each peer, outside the timed calls."""
+        self._cupy.get_default_memory_pool().free_all_blocks()
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
     def device_name(self) -> str:
         props = self._cupy.cuda.runtime.getDeviceProperties(self._cupy.cuda.Device().id)
