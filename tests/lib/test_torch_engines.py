@@ -347,6 +347,8 @@ def test_torch_fast_arrays():
     assert not torch_fast_arrays(t, chars="f", min_ndim=3)
     assert not torch_fast_arrays(torch.ones(2, 0), chars="f")
     assert not torch_fast_arrays(t.requires_grad_(), chars="f")
+    with torch.no_grad():  # nothing recorded: a tensor that requires grad is like any other
+        assert torch_fast_arrays(t, chars="f")
     assert not torch_fast_arrays(torch.ones(3, device="meta"), chars="f")
     assert not torch_fast_arrays(np.ones(3, np.float32), chars="f")
     assert not torch_fast_arrays(
@@ -924,6 +926,73 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
     close(ours, ref)
     # forward and backward of each, and the distribution's checks
     assert cupy_hand_overs == [0] * 9
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
+    """cholesky_solve's rule on contiguous CUDA tensors of small systems of one batch runs on
+    the tensors (`linalg._torch.rule_by_address`): forward and backward each launch their
+    lanes kernel by address, no view made, on a side stream of PyTorch's; strided, lazily
+    conjugated or broadcast operands take the views. Gradients those of PyTorch's own
+    cholesky_solve in double precision (on factors without the NaN that ours hold in the
+    unused triangle), the factor's on the used triangle and exact zeros on the other."""
+    _, device = cuda
+    rng = np.random.default_rng(19)
+    views = []
+    view = _torch._cupy_view
+    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
+    complex_ = np.dtype(dtype).kind == "c"
+    wide = torch.complex128 if complex_ else torch.float64
+    tol = 1e-10 if dtype in ("float64", "complex128") else 3e-4
+    stream = torch.cuda.Stream(device)
+    m = 8 if dtype == "complex128" else 16  # the backward kernel's rows: <= 128 bytes
+    cases = [  # (M, K, upper, x's batch, layout, by address)
+        (m, 1, False, (300,), "contiguous", True),
+        (5, 3, True, (2, 7), "contiguous", True),
+        (m, 2, False, (300,), "cotangent strided", True),
+        (m, 2, True, (300,), "strided", False),
+        (5, 2, False, (4, 300), "broadcast", False),
+    ]
+    if complex_:
+        cases.append((5, 2, True, (300,), "conjugated", False))
+    for m, k, upper, batch, layout, by_address in cases:
+        y_batch = batch[1:] if layout == "broadcast" else batch
+        lower = _factor(rng, y_batch, m, dtype)  # NaN in the unused triangle
+        clean = np.where(np.isnan(lower), 0, lower)
+        y, y_clean = (np.conj(np.swapaxes(a, -1, -2)) if upper else a for a in (lower, clean))
+        x = _data(rng, (*batch, m, k), dtype, special=False)
+        w = _data(rng, (*batch, m, k), dtype, special=False)
+        tx = torch.from_numpy(x).to(device)
+        if layout == "strided":
+            tx = tx.mT.contiguous().mT
+        conjugated = layout == "conjugated"  # a lazy conj(): the memory holds conj(y)
+        ty = torch.from_numpy(np.conj(y) if conjugated else y.copy()).to(device)
+        ours = [tx.requires_grad_(), ty.requires_grad_()]
+        ref = [torch.from_numpy(a.copy()).to(device, wide).requires_grad_() for a in (x, y_clean)]
+        tw = torch.from_numpy(w).to(device)
+        views.clear()
+        cupy_hand_overs.clear()
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            out = xpops.linalg.cholesky_solve(tx, ty.conj() if conjugated else ty, upper=upper)
+            loss = out.sum() if layout == "cotangent strided" else (out * tw).sum()
+            (loss.real if complex_ else loss).backward()
+        theirs = torch.cholesky_solve(*ref, upper=upper)
+        loss = theirs.sum() if layout == "cotangent strided" else (theirs * tw.to(wide)).sum()
+        (loss.real if complex_ else loss).backward()
+        stream.synchronize()
+        assert (not views) == by_address, (m, k, upper, layout)
+        assert len(cupy_hand_overs) == 2  # forward and backward: a launch each, or the views
+        dy = ours[1].grad.conj() if conjugated else ours[1].grad  # PyTorch's conj rule
+        used = np.triu(np.ones((m, m), bool)) if upper else np.tril(np.ones((m, m), bool))
+        used = torch.from_numpy(used).to(device)
+        want_dy = torch.where(used, ref[1].grad, 0)
+        for got, want, primal in ((ours[0].grad, ref[0].grad, tx), (dy, want_dy, ty)):
+            assert got.dtype == primal.dtype
+            assert got.shape == primal.shape
+            scale = float(want.abs().max())
+            torch.testing.assert_close(got.to(wide), want, rtol=tol, atol=tol * scale)
+        assert (dy[..., ~used] == 0).all()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

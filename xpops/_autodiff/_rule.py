@@ -31,12 +31,19 @@ class Rule:
         ``backward(residuals, cotangent, **kwargs) -> cotangents``: a tuple with one cotangent
         per primal, of that primal's shape, dtype, namespace and device. A gradient that the
         rule cannot give raises NotImplementedError naming it: never a silent zero.
+    on_tensors : callable or None
+        ``on_tensors(*primals, **kwargs) -> bool`` for PyTorch CUDA tensors that CuPy takes:
+        True where both halves of the rule, run on the tensors themselves, reach the CuPy
+        kernels by the tensors' addresses (each step of the rule would otherwise hand the
+        tensors over to CuPy on its own). The autograd binding then runs the rule on the
+        tensors instead of on CuPy views of them. None: always on the views.
     """
 
     name: str
     primals: tuple[str, ...]
     forward: Callable[..., tuple[Any, tuple[Any, ...]]]
     backward: Callable[..., tuple[Any, ...]]
+    on_tensors: Callable[..., bool] | None = None
 
 
 @functools.cache

@@ -13,7 +13,8 @@ saved as tensors (views of the inputs as the inputs themselves), so PyTorch's in
 saved-tensor hooks and release after the backward apply as to any op. Calls that draw random
 numbers (an ``rng`` keyword) stay on PyTorch: their draws come from PyTorch's generators.
 Keywords a rule on CuPy arrays cannot take (a PyTorch dtype without a NumPy one) keep the call
-on PyTorch as well.
+on PyTorch as well. A rule whose engines reach the kernels by the tensors' addresses for the
+call (`Rule.on_tensors`) runs on the tensors themselves: no view is made either way.
 """
 
 import functools
@@ -51,7 +52,7 @@ def _function() -> Any:
         def forward(ctx: Any, rule: Rule, kwargs: dict[str, Any], *primals: Any) -> Any:
             ctx.cupy = None
             handed = _cupy_call(torch, primals, kwargs)
-            if handed is not None:
+            if handed is not None and not (rule.on_tensors and rule.on_tensors(*primals, **kwargs)):
                 return _forward_on_cupy(ctx, rule, primals, *handed)
             out, residuals = rule.forward(*primals, **kwargs)
             is_tensor = [isinstance(r, torch.Tensor) for r in residuals]

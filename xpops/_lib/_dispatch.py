@@ -214,7 +214,8 @@ def torch_fast_arrays(*arrays: Any, chars: str, min_ndim: int = 1) -> bool:
     """`cupy_fast_arrays` for PyTorch tensors that an op's own engines take (`OWN_ENGINES`).
 
     That is: PyTorch is imported; each argument is exactly a ``torch.Tensor``, strided, that
-    does not require grad (the autograd binding takes those) and is not wrapped by functorch;
+    does not require grad while grad mode is on (the autograd binding takes those; the rules'
+    forwards, which it runs with grad mode off, pass) and is not wrapped by functorch;
     all share one dtype whose NumPy ``dtype.char`` is in `chars`; each has at least
     `min_ndim` dimensions and no zero-length one; all live on one device, the CPU or a CUDA
     device that CuPy sees (this imports CuPy the first time). As with `cupy_fast_arrays`, a

@@ -107,11 +107,12 @@ def fast_tensors(arrays: tuple[Any, ...], chars: str, min_ndim: int) -> bool:
     if type(first) is not tensor or first.dtype not in _dtypes(chars):
         return False
     dtype, device = first.dtype, first.device
+    grad = torch.is_grad_enabled()  # with grad mode off, nothing is recorded
     for a in arrays:
         if (
             type(a) is not tensor
             or a.dtype != dtype
-            or a.requires_grad
+            or (grad and a.requires_grad)
             or a.ndim < min_ndim
             or 0 in a.shape
             or a.layout != torch.strided

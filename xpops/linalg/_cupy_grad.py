@@ -49,6 +49,7 @@ __all__ = [
     "MAX_M",
     "MIN_ELEMENTS",
     "backward",
+    "backward_at",
     "factor_cotangent",
     "forward",
     "lanes_grad_launch",
@@ -296,10 +297,25 @@ def backward(
     if m * g.dtype.itemsize > FUSED_MAX_BYTES:
         return None
     g, z, u = (cupy.ascontiguousarray(a) for a in (g, z, u))
-    lanes, threads, kernel = lanes_grad_launch(g.dtype, m, k == 1, g.data.device_id)
     dx = cupy.empty(g.shape, g.dtype)
     dy = cupy.empty(u.shape, u.dtype)
-    n = math.prod(batch)
-    args = (g.data.ptr, z.data.ptr, u.data.ptr, dx.data.ptr, dy.data.ptr, n, k, int(upper))
-    kernel(grid_1d(n * lanes, threads), threads, args)
+    pointers = (g.data.ptr, z.data.ptr, u.data.ptr, dx.data.ptr, dy.data.ptr)
+    backward_at(g.dtype, m, k, math.prod(batch), pointers, upper, g.data.device_id)
     return dx, dy
+
+
+def backward_at(
+    dtype: np.dtype,
+    M: int,
+    K: int,
+    n: int,
+    pointers: tuple[int, int, int, int, int],
+    upper: bool,
+    device: int,
+) -> None:
+    """The lanes kernel's backward on the device addresses of C-contiguous arrays of `dtype`:
+    the cotangent and the solution (n, M, K), the factors (n, M, M), and the two cotangents
+    it writes, (n, M, K) and (n, M, M) (`pointers`, in that order); one batch, rows of the
+    factor of at most `FUSED_MAX_BYTES`; on the current stream of `device` (the current one)."""
+    lanes, threads, kernel = lanes_grad_launch(dtype, M, K == 1, device)
+    kernel(grid_1d(n * lanes, threads), threads, (*pointers, n, K, int(upper)))

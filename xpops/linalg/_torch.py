@@ -109,9 +109,7 @@ def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
     dtype = numpy_dtype(x.dtype)
     if m > _cupy.LANES_MAX_M or dtype is None or dtype.kind not in "fc":
         return None
-    if not (x.is_contiguous() and y.is_contiguous()):
-        return None
-    if x.is_conj() or y.is_conj() or x.is_neg() or y.is_neg():
+    if not _as_stored(x, y):
         return None
     torch = sys.modules["torch"]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
@@ -120,6 +118,37 @@ def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
     index = x.device.index
     run_on_cupy(index, lambda view: _cupy.solve_lanes_at(dtype, m, k, n, pointers, upper, index))
     return out
+
+
+def _as_stored(*tensors: Any) -> bool:
+    """Whether the tensors' memory holds their values in C order: C-contiguous, without
+    PyTorch's conjugate or negative bit (a lazy ``conj()`` or ``neg()`` shares the memory of
+    the values it negates)."""
+    return all(t.is_contiguous() and not (t.is_conj() or t.is_neg()) for t in tensors)
+
+
+def rule_by_address(x: Any, y: Any, upper: Any = False) -> bool:
+    """The rule's `on_tensors` (`.._autodiff._rule.Rule`), for CUDA tensors that CuPy takes:
+    True where the forward goes to the lanes kernel by address (`_solve_lanes_at`) and the
+    backward to its backward kernel (`_backward_lanes_at`): a batch of systems (*batch, M, K)
+    with factors (*batch, M, M) of one batch shape and dtype (float32, float64, complex64 or
+    complex128), rows of the factor of at most `._cupy_grad.FUSED_MAX_BYTES`, nothing empty,
+    both as stored (`_as_stored`). Anything else, bad input included, takes the views' path,
+    which raises the public function's errors."""
+    torch = sys.modules["torch"]
+    if type(x) is not torch.Tensor or type(y) is not torch.Tensor or x.ndim < 2:
+        return False
+    if x.device.type != "cuda" or y.device != x.device:
+        return False
+    from ._cupy_grad import FUSED_MAX_BYTES  # CuPy: these are tensors it takes
+
+    shape, m = tuple(x.shape), int(y.shape[-1]) if y.ndim >= 2 else 0
+    if tuple(y.shape) != (*shape[:-1], m) or shape[-2] != m or x.dtype != y.dtype:
+        return False
+    kernels = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+    if x.dtype not in kernels or m * x.element_size() > FUSED_MAX_BYTES:
+        return False
+    return x.numel() > 0 and _as_stored(x, y)
 
 
 def _none(*args: Any) -> None:
@@ -161,8 +190,42 @@ def forward_keeping_half(x: Any, y: Any, upper: bool) -> tuple[Any, Any] | None:
 def backward_from_half(
     g: Any, z: Any, u: Any, upper: bool, batch: tuple[int, ...], half: Any
 ) -> tuple[Any, Any] | None:
-    """Both cotangents from the forward's kept `half`; None (nothing handed over) without one."""
+    """Both cotangents from the forward's kept `half`, or without one, for CUDA tensors that
+    CuPy takes, from the lanes kernel's backward by address (`_backward_lanes_at`); None
+    (nothing handed over) otherwise."""
     if half is None:
+        if g.device.type == "cuda" and engine_for((g, z, u))[0] == "cupy":
+            return _backward_lanes_at(g, z, u, upper, batch)
         return None
     result: tuple[Any, Any] | None = _bridged("half")(g, z, u, upper, batch, half)
     return result
+
+
+def _backward_lanes_at(
+    g: Any, z: Any, u: Any, upper: bool, batch: tuple[int, ...]
+) -> tuple[Any, Any] | None:
+    """Both cotangents by the lanes kernel's backward (`._cupy_grad.backward_at`) on the
+    memory of CUDA tensors: the cotangent `g` and solution `z` (*batch, M, K), the factors `u`
+    (*batch, M, M), one dtype of a kernel and one batch (`batch`, the factors'), rows of the
+    factor of at most `._cupy_grad.FUSED_MAX_BYTES`, nothing empty; into tensors made here. A
+    cotangent not as stored is copied first; None where the factors or the solution are not
+    as stored, or for any other call."""
+    from . import _cupy_grad  # CuPy: imported already for CUDA tensors that it takes
+
+    m, k = int(g.shape[-2]), int(g.shape[-1])
+    dtype = numpy_dtype(u.dtype)
+    if tuple(g.shape[:-2]) != batch or g.numel() == 0 or dtype is None or dtype.char not in "fdFD":
+        return None
+    if m * dtype.itemsize > _cupy_grad.FUSED_MAX_BYTES or not (g.dtype == z.dtype == u.dtype):
+        return None
+    if not _as_stored(z, u):
+        return None
+    g = g.resolve_conj().resolve_neg().contiguous()
+    torch = sys.modules["torch"]
+    dx = torch.empty(g.shape, dtype=g.dtype, device=g.device)
+    dy = torch.empty(u.shape, dtype=u.dtype, device=u.device)
+    pointers = (g.data_ptr(), z.data_ptr(), u.data_ptr(), dx.data_ptr(), dy.data_ptr())
+    n = dx.numel() // (m * k)
+    index = g.device.index
+    run_on_cupy(index, lambda view: _cupy_grad.backward_at(dtype, m, k, n, pointers, upper, index))
+    return dx, dy

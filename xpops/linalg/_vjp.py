@@ -55,6 +55,7 @@ from .._lib._typing import Array, DType, Namespace
 from .._lib._validation import as_bool
 from ._cholesky import cholesky_solve
 from ._grads import factor_cotangent
+from ._torch import rule_by_address
 
 __all__ = ["RULE"]
 
@@ -157,7 +158,9 @@ _FUSED = Engines(
     jax=_none,
 )
 
-RULE = Rule("linalg.cholesky_solve", ("x", "y"), forward, backward)
+# PyTorch's CUDA tensors of batches of small systems run the rule as they are: both halves
+# reach the lanes kernels by the tensors' addresses (`._torch.rule_by_address`)
+RULE = Rule("linalg.cholesky_solve", ("x", "y"), forward, backward, rule_by_address)
 
 
 def _check_cotangent(xp: Namespace, cotangent: Any, out: Array) -> None:
