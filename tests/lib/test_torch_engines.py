@@ -1033,6 +1033,71 @@ def test_cuda_distribution_runs_on_cupy(cuda, dtype, cupy_hand_overs):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cuda_log_prob_gradients_on_tensors(cuda, dtype, monkeypatch, cupy_hand_overs):
+    """log_prob's and prob's rules for one distribution of CUDA tensors at contiguous points
+    run on the tensors (`distributions._torch.log_prob_on_tensors`): the backward's kernels
+    read them by address, no view made, on a side stream of PyTorch's. A strided value, a
+    batched distribution and D > 32 take the views. Gradients with respect to the value, the
+    mean and the matrix (each parameter) are those of torch.distributions in float64."""
+    _, device = cuda
+    mvn = xpops.distributions.MultivariateNormal
+    rng = np.random.default_rng(20)
+    views = []
+    view = _torch._cupy_view
+    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
+    kind = getattr(torch, dtype)
+    tol = 1e-10 if dtype == "float64" else 3e-4
+    stream = torch.cuda.Stream(device)
+    cases = [  # (D, parameter, distributions, points, layout, by address)
+        (16, "scale_tril", (), (4000,), "contiguous", True),
+        (5, "covariance_matrix", (), (3, 70), "contiguous", True),
+        (32, "precision_matrix", (), (500,), "contiguous", True),
+        (16, "scale_tril", (), (4000,), "strided", False),
+        (16, "scale_tril", (2,), (300, 2), "contiguous", False),
+        (40, "scale_tril", (), (200,), "contiguous", False),
+    ]
+    for d, name, batch, points, layout, by_address in cases:
+        for method in ("log_prob", "prob"):
+            g = rng.standard_normal((*batch, d, d))
+            cov = g @ np.swapaxes(g, -1, -2) / d + np.eye(d)
+            matrix = {
+                "scale_tril": np.linalg.cholesky(cov),
+                "covariance_matrix": cov,
+                "precision_matrix": np.linalg.inv(cov),
+            }[name]
+            value = rng.standard_normal((*points, d)) / (4 if method == "prob" else 1)
+            w = rng.standard_normal(points)
+            arrays = (rng.standard_normal((*batch, d)), matrix, value)
+            ours = [torch.tensor(a, dtype=kind, device=device) for a in arrays]
+            if layout == "strided":
+                ours[2] = ours[2].T.contiguous().T
+            ours = [t.requires_grad_() for t in ours]
+            ref = [torch.tensor(a, dtype=torch.float64, device=device) for a in arrays]
+            ref = [t.requires_grad_() for t in ref]
+            tw = torch.tensor(w, dtype=kind, device=device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+            with torch.cuda.stream(stream):
+                out = getattr(mvn(ours[0], **{name: ours[1]}), method)(ours[2])
+                views.clear()
+                cupy_hand_overs.clear()
+                (out * tw).sum().backward()
+            theirs = torch.distributions.MultivariateNormal(ref[0], **{name: ref[1]})
+            density = theirs.log_prob(ref[2])
+            if method == "prob":
+                density = density.exp()
+            (density * tw.double()).sum().backward()
+            stream.synchronize()
+            assert (not views) == by_address, (d, name, layout, method)
+            assert len(cupy_hand_overs) == 1  # the backward's launch, or its views
+            for o, r in zip(ours, ref, strict=True):
+                assert o.grad.dtype == o.dtype
+                assert o.grad.shape == o.shape
+                want = torch.tril(r.grad) if name == "scale_tril" and o is ours[1] else r.grad
+                scale = float(want.abs().max())
+                torch.testing.assert_close(o.grad.double(), want, rtol=tol, atol=tol * scale)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_cuda_log_prob_by_address(cuda, dtype, monkeypatch):
     """After its first log_prob, an unbatched distribution of CUDA tensors computes log_prob at
     a C-contiguous tensor of its dtype by the fused kernel on the tensors' memory, no view

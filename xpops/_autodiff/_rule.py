@@ -34,9 +34,10 @@ class Rule:
     on_tensors : callable or None
         ``on_tensors(*primals, **kwargs) -> bool`` for PyTorch CUDA tensors that CuPy takes:
         True where both halves of the rule, run on the tensors themselves, reach the CuPy
-        kernels by the tensors' addresses (each step of the rule would otherwise hand the
-        tensors over to CuPy on its own). The autograd binding then runs the rule on the
-        tensors instead of on CuPy views of them. None: always on the views.
+        kernels by the tensors' addresses or in one hand-over each (each step of the rule
+        would otherwise hand the tensors over to CuPy on its own). The autograd binding then
+        runs the rule on the tensors instead of on CuPy views of them. None: always on the
+        views.
     """
 
     name: str

@@ -13,8 +13,8 @@ saved as tensors (views of the inputs as the inputs themselves), so PyTorch's in
 saved-tensor hooks and release after the backward apply as to any op. Calls that draw random
 numbers (an ``rng`` keyword) stay on PyTorch: their draws come from PyTorch's generators.
 Keywords a rule on CuPy arrays cannot take (a PyTorch dtype without a NumPy one) keep the call
-on PyTorch as well. A rule whose engines reach the kernels by the tensors' addresses for the
-call (`Rule.on_tensors`) runs on the tensors themselves: no view is made either way.
+on PyTorch as well. A rule that reaches the kernels by the tensors' addresses, or in one
+hand-over of its own, for the call (`Rule.on_tensors`) runs on the tensors themselves.
 """
 
 import functools

@@ -18,7 +18,7 @@ from .._lib._cuda import C_TYPES, FastKernel, grid_1d, multiprocessors
 from .._lib._dtypes import dtype_name
 from . import _cupy, _grads
 
-__all__ = ["GRAD_POINTS", "log_prob_grads"]
+__all__ = ["GRAD_POINTS", "log_prob_grads", "log_prob_grads_at", "partial_shape"]
 
 GRAD_POINTS = 64  # log_prob_grad's points a block (float64 D = 32: 33 KiB of tiles, 8 of factor)
 # log_prob_grad's blocks an SM (its launch bounds, at most 128 registers) and its grid, a wave
@@ -265,23 +265,44 @@ def log_prob_grads(
     gs = cupy.ascontiguousarray(g.reshape(n))
     tril = cupy.ascontiguousarray(tril)
     loc = cupy.ascontiguousarray(loc)  # the mean may be a broadcast (stride 0) or a view
-    # a wave of resident blocks (float64 with D > 20 holds fewer an SM, for its shared memory,
-    # and runs a part of a second one), each striding over the tiles: few partial sums to add
-    blocks = grid_1d(n, GRAD_POINTS, multiprocessors() * GRAD_MIN_BLOCKS)
-    columns = blocks * _grad_groups(d)
     dtype = value.dtype
     g_value = cupy.empty((n, d), dtype=dtype)
-    partial = cupy.empty((d * (d + 1) // 2 + d + 1, columns), dtype=dtype)
+    partial = cupy.empty(partial_shape(n, d), dtype=dtype)
     g_l = cupy.empty((d, d), dtype=dtype)
     g_loc = cupy.empty(d, dtype=dtype)
-    grad = _launcher("log_prob_grad", dtype_name(dtype), d)
-    pointers = (flat, gs, loc, tril)
-    grad(
-        blocks,
-        GRAD_POINTS,
-        (*(a.data.ptr for a in pointers), n, g_value.data.ptr, partial.data.ptr),
-    )
-    finish = _launcher("log_prob_grad_finish", dtype_name(dtype), d)
-    args = (partial.data.ptr, columns, tril.data.ptr, g_l.data.ptr, g_loc.data.ptr)
-    finish(d * d + d, FINISH_THREADS, args)
+    arrays = (flat, gs, loc, tril, g_value, partial, g_l, g_loc)
+    log_prob_grads_at(dtype, d, n, tuple(a.data.ptr for a in arrays))
     return g_loc, g_l, g_value.reshape(value.shape)
+
+
+def partial_shape(n: int, d: int) -> tuple[int, int]:
+    """The shape of the partial sums `log_prob_grads_at` writes for `n` points of `d`
+    coordinates on the current device: its entries, and a column for each group of threads
+    of each block."""
+    return d * (d + 1) // 2 + d + 1, _grad_blocks(n) * _grad_groups(d)
+
+
+def _grad_blocks(n: int) -> int:
+    # a wave of resident blocks (float64 with D > 20 holds fewer an SM, for its shared memory,
+    # and runs a part of a second one), each striding over the tiles: few partial sums to add
+    return grid_1d(n, GRAD_POINTS, multiprocessors() * GRAD_MIN_BLOCKS)
+
+
+def log_prob_grads_at(
+    dtype: Any, d: int, n: int, pointers: tuple[int, int, int, int, int, int, int, int]
+) -> None:
+    """The two kernels of `log_prob_grads` on the device addresses of C-contiguous arrays of
+    `dtype` (`pointers`, in this order): the points (n, d), their cotangents (n,), the mean
+    (d,) and the factor (d, d), then what they write: the points' cotangents (n, d), the
+    partial sums (`partial_shape`), the factor's cotangent (d, d) and the mean's (d,); on the
+    current device and stream, `dtype` and `d` taken by the kernels (`._cupy.supported`),
+    n >= 1."""
+    value, g, loc, tril, g_value, partial, g_l, g_loc = pointers
+    blocks = _grad_blocks(n)
+    name = dtype_name(dtype)
+    _launcher("log_prob_grad", name, d)(
+        blocks, GRAD_POINTS, (value, g, loc, tril, n, g_value, partial)
+    )
+    columns = blocks * _grad_groups(d)
+    args = (partial, columns, tril, g_l, g_loc)
+    _launcher("log_prob_grad_finish", name, d)(d * d + d, FINISH_THREADS, args)

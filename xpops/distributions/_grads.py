@@ -18,12 +18,13 @@ Every quantity goes through ``L``, one path for the three parametrizations:
 import math
 
 from .._lib import _compat
-from .._lib._dispatch import CUDA_ENGINES, Engines, dispatch
+from .._lib._dispatch import Engines, dispatch
 from .._lib._typing import Array, Namespace
 from ..linalg._triangular import solve_triangular
 from ._common import shape_of
 
 __all__ = [
+    "LOG_PROB_GRADS",
     "entropy_factor",
     "generic_log_prob_grads",
     "kl_grads",
@@ -116,7 +117,7 @@ def log_prob_grads(
     ``d/dL = tril(w u^T) - diag(1 / L_ii)``, each times `g` and summed over broadcast batches.
     CuPy arrays of one distribution take fused kernels (`._cupy_grad.log_prob_grads`).
     """
-    return dispatch(xp, _LOG_PROB_GRADS, loc, tril, value, g, xp=xp)
+    return dispatch(xp, LOG_PROB_GRADS, loc, tril, value, g, xp=xp)
 
 
 def generic_log_prob_grads(
@@ -142,16 +143,17 @@ def generic_log_prob_grads(
     )
 
 
-# CuPy (and PyTorch's CUDA tensors, by DLPack): the fused kernel for one distribution, NumPy:
-# matrix products with the factor's inverse for one distribution (each falls back to the
-# generic code itself); PyTorch's CPU tensors: the generic code on them
-_LOG_PROB_GRADS = Engines(
+# CuPy: the fused kernels for one distribution, NumPy: matrix products with the factor's
+# inverse for one distribution (each falls back to the generic code itself); PyTorch's CUDA
+# tensors: those kernels on the tensors' memory, or handed over to the CuPy engine
+# (`._torch.log_prob_grads`), PyTorch's CPU tensors: the generic code on them
+LOG_PROB_GRADS = Engines(
     __package__,
     numpy="._numpy:log_prob_grads",
     cupy="._cupy_grad:log_prob_grads",
     dask=generic_log_prob_grads,
     generic=generic_log_prob_grads,
-    torch=CUDA_ENGINES,
+    torch="._torch:log_prob_grads",
 )
 
 

@@ -9,6 +9,10 @@ out already (every call after the first) at a C-contiguous CUDA tensor of its dt
 even the views: the fused kernel reads the tensor's memory by address and writes into a
 tensor made here (`log_prob_of_tensor`), so that no tensor crosses over by DLPack either way.
 
+The rules of log_prob and prob that autograd records run on the tensors themselves for such a
+call (`log_prob_on_tensors`): the forward is the method's call above, one hand-over, and the
+backward's gradients come from the fused kernels on the tensors' memory (`log_prob_grads`).
+
 Importing this module imports neither PyTorch nor CuPy.
 """
 
@@ -18,11 +22,17 @@ from collections.abc import Callable
 from typing import Any
 
 from .._autodiff import _torch as _autograd
-from .._lib._torch import engine_for, run_on_cupy
+from .._lib._torch import bridge, engine_for, numpy_dtype, run_on_cupy
 from .._lib._typing import Array
 from ._common import bad_values, is_array
 
-__all__ = ["log_prob_of_tensor", "on_cuda_tensors", "parameters_of_tensors"]
+__all__ = [
+    "log_prob_grads",
+    "log_prob_of_tensor",
+    "log_prob_on_tensors",
+    "on_cuda_tensors",
+    "parameters_of_tensors",
+]
 
 
 def on_cuda_tensors(
@@ -118,3 +128,86 @@ def log_prob_of_tensor(dist: Any, value: Any) -> Any:
     if not run_on_cupy(loc.device.index, run):
         raise ValueError(bad_values("value", tuple(value.shape), False))
     return out
+
+
+def log_prob_on_tensors(
+    loc: Any, matrix: Any, value: Any, *, dist: Any = None, **kwargs: Any
+) -> bool:
+    """The `on_tensors` of log_prob's and prob's rules (`.._autodiff._rule.Rule`), for CUDA
+    tensors that CuPy takes: True for the distribution `dist` the method was called on,
+    unbatched, of an event size and dtype that the fused kernels take, and a C-contiguous
+    CUDA tensor `value` (..., D) of at least one point, its dtype and device, as stored (no
+    negative bit). Its forward (`on_cuda_tensors`) views the distribution and the value once,
+    and its backward reaches the gradient kernels by address (`log_prob_grads`). Anything
+    else, bad input included, takes the views' path."""
+    torch = sys.modules["torch"]
+    if dist is None or dist._batch_shape or type(value) is not torch.Tensor:
+        return False
+    loc = dist._loc
+    if type(loc) is not torch.Tensor or value.device != loc.device or value.dtype != loc.dtype:
+        return False
+    d = dist._d
+    if value.ndim < 1 or value.shape[-1] != d or value.numel() == 0:
+        return False
+    if not value.is_contiguous() or value.is_neg() or value.device.type != "cuda":
+        return False
+    from . import _cupy  # CuPy: these are tensors it takes
+
+    return _cupy.supported(numpy_dtype(value.dtype), d)
+
+
+def log_prob_grads(loc: Any, tril: Any, value: Any, g: Any, *, xp: Any) -> Any:
+    """The ``torch`` engine of `._grads.log_prob_grads`: its fused CuPy kernels on the memory
+    of CUDA tensors of one distribution (`_log_prob_grads_at`); otherwise the CuPy engine on
+    views of CUDA tensors, the generic code on the others (`.._lib._torch.bridge`)."""
+    out = _log_prob_grads_at(loc, tril, value, g)
+    if out is not None:
+        return out
+    return _bridged_grads()(loc, tril, value, g, xp=xp)
+
+
+@functools.cache
+def _bridged_grads() -> Callable[..., Any]:
+    from ._grads import LOG_PROB_GRADS
+
+    return bridge(LOG_PROB_GRADS, cpu=False)
+
+
+def _log_prob_grads_at(loc: Any, tril: Any, value: Any, g: Any) -> Any:
+    """``(g_loc, gL, g_value)`` by `._cupy_grad.log_prob_grads_at` into tensors made here, for
+    CUDA tensors that CuPy takes: one distribution (`loc` (D,), `tril` (D, D)), points `value`
+    (..., D) and their cotangents `g` (...), one dtype and device, of at least one point, D and
+    dtype that the kernels take; None otherwise. Operands not as stored (strided, a broadcast
+    mean, a negative bit) are copied first, as the CuPy engine copies them."""
+    torch = sys.modules["torch"]
+    tensors = (loc, tril, value, g)
+    if any(type(t) is not torch.Tensor for t in tensors) or value.device.type != "cuda":
+        return None
+    d = int(tril.shape[-1]) if tril.ndim == 2 else -1
+    if tuple(loc.shape) != (d,) or tuple(value.shape) != (*g.shape, d) or g.numel() == 0:
+        return None
+    dtype, device = value.dtype, value.device
+    if any(t.dtype != dtype or t.device != device for t in tensors):
+        return None
+    if engine_for(tensors)[0] != "cupy":
+        return None
+    from . import _cupy, _cupy_grad  # CuPy: these are tensors it takes
+
+    np_dtype = numpy_dtype(dtype)
+    if not _cupy.supported(np_dtype, d):
+        return None
+    loc, tril, value, g = (t.resolve_neg().contiguous() for t in tensors)
+    n = g.numel()
+    g_value = torch.empty((n, d), dtype=dtype, device=device)
+    g_l = torch.empty((d, d), dtype=dtype, device=device)
+    g_loc = torch.empty(d, dtype=dtype, device=device)
+
+    def launch(view: Any) -> None:
+        # the partial sums' columns depend on the device's multiprocessors: sized on it; the
+        # caching allocator gives its memory to later work on this stream only
+        partial = torch.empty(_cupy_grad.partial_shape(n, d), dtype=dtype, device=device)
+        arrays = (value, g, loc, tril, g_value, partial, g_l, g_loc)
+        _cupy_grad.log_prob_grads_at(np_dtype, d, n, tuple(a.data_ptr() for a in arrays))
+
+    run_on_cupy(device.index, launch)
+    return g_loc, g_l, g_value.reshape(value.shape)

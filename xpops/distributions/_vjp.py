@@ -34,6 +34,7 @@ from ._grads import (
 )
 from ._kl import kl_divergence
 from ._mvn import MultivariateNormal
+from ._torch import log_prob_on_tensors
 
 __all__ = [
     "ENTROPY",
@@ -149,11 +150,22 @@ def _log_prob_backward(
     )
 
 
+# PyTorch's CUDA tensors of one distribution at contiguous points run the rules as they are:
+# the method's forward hands them over once, the backward's kernels read them by address
+# (`._torch.log_prob_on_tensors`)
 LOG_PROB_ARRAYS = Rule(
-    "MultivariateNormal.log_prob", ("loc", "matrix", "value"), _log_prob_forward, _log_prob_backward
+    "MultivariateNormal.log_prob",
+    ("loc", "matrix", "value"),
+    _log_prob_forward,
+    _log_prob_backward,
+    log_prob_on_tensors,
 )
 PROB_ARRAYS = Rule(
-    "MultivariateNormal.prob", ("loc", "matrix", "value"), _prob_forward, _log_prob_backward
+    "MultivariateNormal.prob",
+    ("loc", "matrix", "value"),
+    _prob_forward,
+    _log_prob_backward,
+    log_prob_on_tensors,
 )
 
 
