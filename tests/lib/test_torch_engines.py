@@ -932,10 +932,12 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
 def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
     """cholesky_solve's rule on contiguous CUDA tensors of small systems of one batch runs on
     the tensors (`linalg._torch.rule_by_address`): forward and backward each launch their
-    lanes kernel by address, no view made, on a side stream of PyTorch's; strided, lazily
-    conjugated or broadcast operands take the views. Gradients those of PyTorch's own
-    cholesky_solve in double precision (on factors without the NaN that ours hold in the
-    unused triangle), the factor's on the used triangle and exact zeros on the other."""
+    lanes kernel by address, no view made, on a side stream of PyTorch's (whose work waits
+    behind a sleep: a kernel on another stream would read the operands before they are
+    written); strided, lazily conjugated or negated, or broadcast operands take the views.
+    Gradients those of PyTorch's own cholesky_solve in double precision (on factors without
+    the NaN that ours hold in the unused triangle), the factor's on the used triangle and
+    exact zeros on the other."""
     _, device = cuda
     rng = np.random.default_rng(19)
     views = []
@@ -953,8 +955,9 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
         (m, 2, True, (300,), "strided", False),
         (5, 2, False, (4, 300), "broadcast", False),
     ]
-    if complex_:
-        cases.append((5, 2, True, (300,), "conjugated", False))
+    # a lazy view of the factor's leaf, whose memory holds conj(y) or -y
+    lazy = (np.conj, torch.conj) if complex_ else (np.negative, torch._neg_view)
+    cases.append((5, 2, True, (300,), "lazy", False))
     for m, k, upper, batch, layout, by_address in cases:
         y_batch = batch[1:] if layout == "broadcast" else batch
         lower = _factor(rng, y_batch, m, dtype)  # NaN in the unused triangle
@@ -965,8 +968,8 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
         tx = torch.from_numpy(x).to(device)
         if layout == "strided":
             tx = tx.mT.contiguous().mT
-        conjugated = layout == "conjugated"  # a lazy conj(): the memory holds conj(y)
-        ty = torch.from_numpy(np.conj(y) if conjugated else y.copy()).to(device)
+        stored = lazy[0](y) if layout == "lazy" else y
+        ty = torch.from_numpy(np.ascontiguousarray(stored)).to(device)
         ours = [tx.requires_grad_(), ty.requires_grad_()]
         ref = [torch.from_numpy(a.copy()).to(device, wide).requires_grad_() for a in (x, y_clean)]
         tw = torch.from_numpy(w).to(device)
@@ -974,16 +977,21 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
         cupy_hand_overs.clear()
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
-            out = xpops.linalg.cholesky_solve(tx, ty.conj() if conjugated else ty, upper=upper)
+            torch.cuda._sleep(20_000_000)
+            twice = tx * 2  # written on the side stream after the sleep
+            factor = lazy[1](ty) if layout == "lazy" else ty
+            out = xpops.linalg.cholesky_solve(twice, factor, upper=upper)
             loss = out.sum() if layout == "cotangent strided" else (out * tw).sum()
             (loss.real if complex_ else loss).backward()
-        theirs = torch.cholesky_solve(*ref, upper=upper)
+        theirs = torch.cholesky_solve(ref[0] * 2, ref[1], upper=upper)
         loss = theirs.sum() if layout == "cotangent strided" else (theirs * tw.to(wide)).sum()
         (loss.real if complex_ else loss).backward()
         stream.synchronize()
         assert (not views) == by_address, (m, k, upper, layout)
         assert len(cupy_hand_overs) == 2  # forward and backward: a launch each, or the views
-        dy = ours[1].grad.conj() if conjugated else ours[1].grad  # PyTorch's conj rule
+        dy = ours[1].grad  # of the leaf: of y through the lazy view's own rule
+        if layout == "lazy":
+            dy = dy.conj() if complex_ else -dy
         used = np.triu(np.ones((m, m), bool)) if upper else np.tril(np.ones((m, m), bool))
         used = torch.from_numpy(used).to(device)
         want_dy = torch.where(used, ref[1].grad, 0)
@@ -993,6 +1001,35 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
             scale = float(want.abs().max())
             torch.testing.assert_close(got.to(wide), want, rtol=tol, atol=tol * scale)
         assert (dy[..., ~used] == 0).all()
+
+
+def test_cuda_cholesky_pullback_by_address(cuda, monkeypatch):
+    """`xpops.vjp` of cholesky_solve on CUDA tensors that autograd does not record: one batch
+    runs forward and pull-back by address (no view), right-hand sides broadcast against the
+    factors' batch take the views and the two steps, whose cotangent of x is summed back to
+    x's shape. Cotangents those of PyTorch's own cholesky_solve in double precision."""
+    _, device = cuda
+    rng = np.random.default_rng(21)
+    views = []
+    view = _torch._cupy_view
+    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
+    for x_batch, y_batch in [((300,), (300,)), ((300,), (4, 300)), ((4, 300), (300,))]:
+        lower = _factor(rng, y_batch, 16, "float32")
+        clean = np.where(np.isnan(lower), 0, lower)
+        x = _data(rng, (*x_batch, 16, 2), "float32", special=False)
+        tx, ty = (torch.from_numpy(a).to(device) for a in (x, lower))
+        views.clear()
+        out, pullback = xpops.vjp(xpops.linalg.cholesky_solve, tx, ty)
+        tw = torch.from_numpy(_data(rng, tuple(out.shape), "float32", special=False)).to(device)
+        dx, dy = pullback(tw)
+        assert (not views) == (x_batch == y_batch)
+        ref = [torch.from_numpy(a).to(device, torch.float64).requires_grad_() for a in (x, clean)]
+        (torch.cholesky_solve(*ref) * tw.double()).sum().backward()
+        for got, want in ((dx, ref[0].grad), (dy, torch.tril(ref[1].grad))):
+            assert got.dtype == torch.float32
+            assert got.shape == want.shape
+            scale = float(want.abs().max())
+            torch.testing.assert_close(got.double(), want, rtol=3e-4, atol=3e-4 * scale)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

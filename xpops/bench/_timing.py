@@ -121,7 +121,8 @@ class GpuTimer:
         """GB of the current device's memory: free and total (the driver's count), used and
         held by CuPy's default pool, and reserved by PyTorch's caching allocator where PyTorch
         has used CUDA in this process. Peers of several libraries in one process compete for
-        the device's memory; these figures show how much each holds."""
+        the device's memory; these figures show how much CuPy and PyTorch hold (JAX's arrays
+        show only in the free memory)."""
         cupy = self._cupy
         free, total = cupy.cuda.runtime.memGetInfo()
         pool = cupy.get_default_memory_pool()

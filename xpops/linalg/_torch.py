@@ -22,7 +22,10 @@ comes back by DLPack, host time that short calls would otherwise add.
 
 `forward_keeping_half` and `backward_from_half` are the backward rule's engines (`._vjp`) for
 tensors: they hand systems of more than 64 unknowns to the NumPy or CuPy engines that keep the
-forward's first solve (`._numpy_grad`, `._cupy_grad`), and nothing smaller.
+forward's first solve (`._numpy_grad`, `._cupy_grad`). Smaller systems of CUDA tensors, as the
+fast path takes them, get both cotangents from the lanes kernel's backward by address
+(`_backward_lanes_at`); `rule_by_address` tells the autograd binding when both halves of the
+rule go by address, so that it runs the rule on the tensors rather than on CuPy views.
 
 Importing this module imports neither PyTorch nor CuPy.
 """
@@ -36,7 +39,13 @@ from .._lib._dispatch import Engines
 from .._lib._torch import bridge, engine_for, numpy_dtype, on_device, run_on_cupy
 from .._lib._typing import Array, Namespace
 
-__all__ = ["backward_from_half", "cholesky_solve", "forward_keeping_half", "solve_same_batch"]
+__all__ = [
+    "backward_from_half",
+    "cholesky_solve",
+    "forward_keeping_half",
+    "rule_by_address",
+    "solve_same_batch",
+]
 
 _TORCH_MAX_M = 32  # torch.cholesky_solve for M up to this (see the module docstring)
 
@@ -140,13 +149,15 @@ def rule_by_address(x: Any, y: Any, upper: Any = False) -> bool:
         return False
     if x.device.type != "cuda" or y.device != x.device:
         return False
-    from ._cupy_grad import FUSED_MAX_BYTES  # CuPy: these are tensors it takes
+    from . import _cupy, _cupy_grad  # CuPy: these are tensors it takes
 
     shape, m = tuple(x.shape), int(y.shape[-1]) if y.ndim >= 2 else 0
     if tuple(y.shape) != (*shape[:-1], m) or shape[-2] != m or x.dtype != y.dtype:
         return False
     kernels = (torch.float32, torch.float64, torch.complex64, torch.complex128)
-    if x.dtype not in kernels or m * x.element_size() > FUSED_MAX_BYTES:
+    if x.dtype not in kernels or m > _cupy.LANES_MAX_M:
+        return False
+    if m * x.element_size() > _cupy_grad.FUSED_MAX_BYTES:
         return False
     return x.numel() > 0 and _as_stored(x, y)
 
@@ -209,9 +220,13 @@ def _backward_lanes_at(
     (*batch, M, M), one dtype of a kernel and one batch (`batch`, the factors'), rows of the
     factor of at most `._cupy_grad.FUSED_MAX_BYTES`, nothing empty; into tensors made here. A
     cotangent not as stored is copied first; None where the factors or the solution are not
-    as stored, or for any other call."""
+    as stored, where autograd records the call (grad mode on and an operand that requires
+    grad: the two steps' operations then carry their gradients), or for any other call."""
     from . import _cupy_grad  # CuPy: imported already for CUDA tensors that it takes
 
+    torch = sys.modules["torch"]
+    if torch.is_grad_enabled() and (g.requires_grad or z.requires_grad or u.requires_grad):
+        return None
     m, k = int(g.shape[-2]), int(g.shape[-1])
     dtype = numpy_dtype(u.dtype)
     if tuple(g.shape[:-2]) != batch or g.numel() == 0 or dtype is None or dtype.char not in "fdFD":
@@ -221,7 +236,6 @@ def _backward_lanes_at(
     if not _as_stored(z, u):
         return None
     g = g.resolve_conj().resolve_neg().contiguous()
-    torch = sys.modules["torch"]
     dx = torch.empty(g.shape, dtype=g.dtype, device=g.device)
     dy = torch.empty(u.shape, dtype=u.dtype, device=u.device)
     pointers = (g.data_ptr(), z.data_ptr(), u.data_ptr(), dx.data_ptr(), dy.data_ptr())

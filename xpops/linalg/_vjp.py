@@ -14,10 +14,11 @@ where :math:`u` is the used triangle alone: the other triangle is never read by 
 so its cotangent is exactly 0 (and junk there, NaN included, does not reach the gradient).
 :math:`\bar B` is itself a `cholesky_solve`, the fast path of every engine. On CuPy, batches
 of small systems with a factor of their own compute both cotangents in one kernel that reads
-the factor once (`._cupy_grad.backward`). Systems of more than 64 unknowns with a factor of
-their own (real ones on CuPy) take :math:`[Z\; \bar B]^H u` as :math:`[Y\; W]^H`, the first
-halves of the forward's and of :math:`\bar B`'s triangular solves, the forward keeping
-:math:`Y` (`._cupy_blas` on CuPy, `._numpy_grad` on NumPy and PyTorch's CPU tensors).
+the factor once (`._cupy_grad.backward`; on PyTorch's CUDA tensors by their addresses).
+Systems of more than 64 unknowns with a factor of their own (real ones on CuPy) take
+:math:`[Z\; \bar B]^H u` as :math:`[Y\; W]^H`, the first halves of the forward's and of
+:math:`\bar B`'s triangular solves, the forward keeping :math:`Y` (`._cupy_blas` on CuPy,
+`._numpy_grad` on NumPy and PyTorch's CPU tensors).
 
 Complex inputs follow PyTorch's convention: for a real loss :math:`L`, the cotangent of
 :math:`w` is :math:`\partial L / \partial \operatorname{Re} w + i\,\partial L /
@@ -147,7 +148,9 @@ _KEPT = Engines(
 
 # Both cotangents at once: on CuPy (`._cupy_grad.backward`) one kernel that reads the factor
 # once for batches of small systems, cuBLAS calls for large real systems; on NumPy from the
-# forward's kept solve (`._numpy_grad.backward`); None elsewhere, and the two steps above run.
+# forward's kept solve (`._numpy_grad.backward`); on PyTorch's tensors the same engines, the
+# kernel by the tensors' addresses for CUDA ones (`._torch.backward_from_half`); None
+# elsewhere, and the two steps above run.
 _FUSED = Engines(
     __package__,
     numpy="._numpy_grad:backward",
