@@ -203,6 +203,37 @@ def test_array_args_numpy_next_to_dask_becomes_dask():
     np.testing.assert_array_equal(b.compute(), np.arange(2.0))
 
 
+def test_array_args_of_one_known_type_pass_as_they_are():
+    """Arrays of one type whose namespace the type decides (NumPy's ndarray, torch.Tensor)
+    come back as they are with that namespace; a subclass, a list among them, or another
+    library next to them take the general path: the same namespace, lists converted, mixes
+    refused."""
+    torch = pytest.importorskip("torch")
+    import array_api_strict
+
+    from xpops._backend import array_args, get_namespace, namespace_of_type
+
+    for a in (np.ones(2), torch.ones(2, dtype=torch.float64)):
+        b = a * 2
+        get_namespace(a)  # met once: its type's namespace is kept from then on
+        assert namespace_of_type(type(a)) is get_namespace(a)
+        xp, out = array_args(a, b)
+        assert xp is get_namespace(a)
+        assert out[0] is a
+        assert out[1] is b
+        xp, (c, d) = array_args(a, [3.0, 4.0], names=["x", "y"])
+        assert xp is get_namespace(a)
+        assert c is a
+        assert type(d) is type(a)
+        with pytest.raises(TypeError, match="arrays from different libraries cannot be mixed"):
+            array_args(a, array_api_strict.asarray([1.0]), names=["x", "y"])
+    parameter = torch.nn.Parameter(torch.ones(2))
+    assert namespace_of_type(type(parameter)) is None
+    xp, (p,) = array_args(parameter)
+    assert xp.__name__ == "array_api_compat.torch"
+    assert p is parameter
+
+
 def test_array_args_errors():
     import array_api_strict
 

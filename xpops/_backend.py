@@ -161,21 +161,28 @@ def get_namespace(*arrays: Array) -> Namespace:
         raise TypeError(msg)
     ns = next(iter(namespaces.values()))[0]
     cls = type(candidates[0])
-    if cls.__name__ == "ndarray" and ns.__name__ in _CACHED_NAMESPACES:
+    if (cls.__name__, ns.__name__) in _CACHED_NAMESPACES:
         _NAMESPACE_OF_TYPE[cls] = ns
     return ns
 
 
-# The namespace of numpy.ndarray and cupy.ndarray depends on the type alone; remembering it
-# saves array_api_compat's checks (several microseconds a call, which the GPU sees as idle time
-# before the first launch of a short kernel).
-_CACHED_NAMESPACES = ("array_api_compat.numpy", "array_api_compat.cupy")
+# The namespace of numpy.ndarray, cupy.ndarray and torch.Tensor (the type itself, not its
+# subclasses) depends on the type alone; remembering it saves array_api_compat's checks
+# (several microseconds a call, which the GPU sees as idle time before the first launch of a
+# short kernel).
+_CACHED_NAMESPACES = frozenset(
+    {
+        ("ndarray", "array_api_compat.numpy"),
+        ("ndarray", "array_api_compat.cupy"),
+        ("Tensor", "array_api_compat.torch"),
+    }
+)
 _NAMESPACE_OF_TYPE: dict[type, Namespace] = {}
 
 
 def namespace_of_type(cls: type) -> Namespace | None:
     """The namespace of every array of type `cls` where `get_namespace` has met that type and
-    it decides the namespace (NumPy's and CuPy's ndarray); else None."""
+    it decides the namespace (NumPy's and CuPy's ndarray, ``torch.Tensor``); else None."""
     return _NAMESPACE_OF_TYPE.get(cls)
 
 
@@ -242,6 +249,11 @@ def array_args(*args: Any, names: Sequence[str] | None = None) -> tuple[Namespac
         If an argument is none of these (a string, a dict, ...), naming the parameter, or the
         arrays come from libraries that cannot be mixed.
     """
+    if args:  # arrays of one type whose namespace the type decides: nothing to convert
+        cls = type(args[0])
+        ns = _NAMESPACE_OF_TYPE.get(cls)
+        if ns is not None and all(type(a) is cls for a in args):
+            return ns, args
     names = names if names is not None else [f"arg{i}" for i in range(len(args))]
     arrays = [a for a in args if a is not None and not is_array_like(a)]
     for a, name in zip(args, names, strict=True):
