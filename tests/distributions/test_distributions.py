@@ -468,12 +468,12 @@ _PLAIN_CASES = [  # (loc shape, matrix shape, parameter, dtype, validate_args): 
 
 @pytest.mark.parametrize("case", _PLAIN_CASES, ids=str)
 def test_plain_parameters_build_what_the_general_path_builds(xp, monkeypatch, case):
-    """NumPy and CuPy parameters of one floating dtype take the constructor's fast path
-    (`_common.plain_parameters`): the distribution, or the error, is the general path's."""
+    """NumPy, CuPy and PyTorch parameters of one floating dtype take the constructor's fast
+    path (`_common.plain_parameters`): the distribution, or the error, is the general path's."""
     from xpops.distributions import _mvn
 
-    if backend_name(xp) not in ("numpy", "cupy"):
-        pytest.skip("the fast path serves NumPy and CuPy arrays")
+    if backend_name(xp) not in ("numpy", "cupy", "torch"):
+        pytest.skip("the fast path serves NumPy and CuPy arrays and PyTorch tensors")
     loc_shape, matrix_shape, name, dtype, validate = case
     rng = np.random.default_rng(4)
     size = matrix_shape[-1]

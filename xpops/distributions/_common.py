@@ -3,6 +3,7 @@ value's shape and the messages of bad parameters or values. Imports no engine.""
 
 import importlib
 import numbers
+import sys
 import types
 from typing import Any, NamedTuple
 
@@ -221,10 +222,11 @@ def plain_parameters(
 ) -> tuple[Namespace, str, Array] | None:
     """``(namespace, parameter name, matrix)`` of the constructor's arguments where exactly one
     matrix is given and it and `loc` are arrays of one type whose namespace `get_namespace`
-    keeps by type (NumPy's and CuPy's ndarray, from the first call that meets them on), of
-    one device and of NumPy's own float32 or float64 dtype object (not an equal one with
-    metadata): arrays that the constructor's conversions and its checks of types, devices
-    and dtypes leave as they are (the shapes are still checked); None for anything else."""
+    keeps by type (NumPy's and CuPy's ndarray, ``torch.Tensor``, from the first call that
+    meets them on), of one device and of one float32 or float64 dtype (for NumPy and CuPy,
+    NumPy's own dtype object, not an equal one with metadata): arrays that the constructor's
+    conversions and its checks of types, devices and dtypes leave as they are (the shapes are
+    still checked); None for anything else."""
     cls = type(loc)
     xp = _backend.namespace_of_type(cls)
     if xp is None:
@@ -240,11 +242,17 @@ def plain_parameters(
     dtype = loc.dtype
     if type(matrix) is not cls or matrix.dtype is not dtype:
         return None
-    if dtype is not _FLOAT32 and dtype is not _FLOAT64:
+    if dtype is not _FLOAT32 and dtype is not _FLOAT64 and not _torch_float(cls, dtype):
         return None
     if cls is not np.ndarray and loc.device != matrix.device:
         return None
     return xp, name, matrix
+
+
+def _torch_float(cls: type, dtype: Any) -> bool:
+    """Whether `cls` is ``torch.Tensor`` and `dtype` PyTorch's float32 or float64."""
+    torch = sys.modules.get("torch")
+    return torch is not None and cls is torch.Tensor and dtype in (torch.float32, torch.float64)
 
 
 # ---- a distribution's state in the standard pickle ---------------------------------------------
