@@ -739,20 +739,29 @@ def test_cuda_small_solves_by_address(cuda, dtype, monkeypatch):
     views = []
     view = _torch._cupy_view
     monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
-    for m, k, strided, viewed in [
-        (16, 1, False, 0),
-        (32, 3, False, 0),
-        (16, 2, True, 2),
-        (40, 1, False, 2),
+    real = np.dtype(dtype).kind == "f"
+    for m, k, strided, column_major, upper, viewed in [
+        (16, 1, False, False, False, 0),
+        (32, 3, False, False, True, 0),
+        (16, 2, True, False, False, 2),
+        (40, 1, False, False, False, 2),
+        # the layout torch.linalg.cholesky gives its factors: real ones go by address too
+        (16, 1, False, True, False, 0 if real else 2),
+        (7, 2, False, True, True, 0 if real else 2),
     ]:
-        y = torch.from_numpy(_factor(rng, (50,), m, dtype)).to(device).contiguous()
+        lower = _factor(rng, (50,), m, dtype)
+        y = np.conj(np.swapaxes(lower, -1, -2)) if upper else lower
+        y = torch.from_numpy(np.ascontiguousarray(y)).to(device)
+        if column_major:
+            y = y.mT.contiguous().mT
         x = torch.from_numpy(_data(rng, (50, m, k), dtype, special=False)).to(device).contiguous()
         if strided:
             x = x.mT.contiguous().mT
         views.clear()
-        out = xpops.linalg.cholesky_solve(x, y)
+        out = xpops.linalg.cholesky_solve(x, y, upper=upper)
         assert len(views) == viewed
-        _cuda_same(out, xpops.linalg.cholesky_solve(cp.from_dlpack(x), cp.from_dlpack(y)), device)
+        ref = xpops.linalg.cholesky_solve(cp.from_dlpack(x), cp.from_dlpack(y), upper=upper)
+        _cuda_same(out, ref, device)
     if np.dtype(dtype).kind == "c":
         # PyTorch's lazy conjugates share the memory of the unconjugated values: they take
         # the views (which resolve them), and the results are those of the conjugated arrays
@@ -954,6 +963,9 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
         (m, 2, False, (300,), "cotangent strided", True),
         (m, 2, True, (300,), "strided", False),
         (5, 2, False, (4, 300), "broadcast", False),
+        # the layout torch.linalg.cholesky gives its factors: real ones go by address too
+        (m, 1, False, (300,), "factor column-major", not complex_),
+        (7, 2, True, (3, 5), "factor column-major", not complex_),
     ]
     # a lazy view of the factor's leaf, whose memory holds conj(y) or -y
     lazy = (np.conj, torch.conj) if complex_ else (np.negative, torch._neg_view)
@@ -970,6 +982,8 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
             tx = tx.mT.contiguous().mT
         stored = lazy[0](y) if layout == "lazy" else y
         ty = torch.from_numpy(np.ascontiguousarray(stored)).to(device)
+        if layout == "factor column-major":
+            ty = ty.mT.contiguous().mT
         ours = [tx.requires_grad_(), ty.requires_grad_()]
         ref = [torch.from_numpy(a.copy()).to(device, wide).requires_grad_() for a in (x, y_clean)]
         tw = torch.from_numpy(w).to(device)

@@ -18,7 +18,9 @@ The fast path's CUDA tensors of systems that the CuPy engine's lanes kernel take
 C-contiguous and holding their values as stored (no conjugate or negative bit: PyTorch's lazy
 ``conj()`` shares the memory of the unconjugated values), go to that kernel by address
 (`_solve_lanes_at`), the result a tensor made here: neither operand is viewed and nothing
-comes back by DLPack, host time that short calls would otherwise add.
+comes back by DLPack, host time that short calls would otherwise add. Real factors whose
+matrices are column-major, as ``torch.linalg.cholesky`` returns them, go too: their memory
+holds the other triangle's factor of the same matrix in C order (`_stored_factor`).
 
 `forward_keeping_half` and `backward_from_half` are the backward rule's engines (`._vjp`) for
 tensors: they hand systems of more than 64 unknowns to the NumPy or CuPy engines that keep the
@@ -109,23 +111,26 @@ def solve_same_batch(x: Array, y: Array, upper: bool) -> Array:
 def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
     """The CuPy engine's lanes kernel on the memory of CUDA tensors `x` (*batch, M, K) and
     `y` (*batch, M, M) (one batch, nothing empty: the fast path's), into a tensor made here;
-    None where M is past the lanes kernel's (`_cupy.LANES_MAX_M`), a tensor is not
-    C-contiguous, has its conjugate or negative bit set (its memory does not hold its values;
-    the views' path resolves them), or its dtype has no kernel."""
+    None where M is past the lanes kernel's (`_cupy.LANES_MAX_M`), `x` or the factors are not
+    as stored (`_as_stored`, `_stored_factor`; the views' path resolves the others), or the
+    dtype has no kernel."""
     from . import _cupy  # CuPy: imported already for CUDA tensors that it takes
 
     m, k = int(x.shape[-2]), int(x.shape[-1])
     dtype = numpy_dtype(x.dtype)
     if m > _cupy.LANES_MAX_M or dtype is None or dtype.kind not in "fc":
         return None
-    if not _as_stored(x, y):
+    stored = _stored_factor(y, dtype)
+    if stored is None or not _as_stored(x):
         return None
+    factor, flipped = stored
     torch = sys.modules["torch"]
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     n = out.numel() // (m * k)
-    pointers = (x.data_ptr(), y.data_ptr(), out.data_ptr())
+    pointers = (x.data_ptr(), factor.data_ptr(), out.data_ptr())
     index = x.device.index
-    run_on_cupy(index, lambda view: _cupy.solve_lanes_at(dtype, m, k, n, pointers, upper, index))
+    up = upper != flipped
+    run_on_cupy(index, lambda view: _cupy.solve_lanes_at(dtype, m, k, n, pointers, up, index))
     return out
 
 
@@ -136,14 +141,29 @@ def _as_stored(*tensors: Any) -> bool:
     return all(t.is_contiguous() and not (t.is_conj() or t.is_neg()) for t in tensors)
 
 
+def _stored_factor(y: Any, dtype: Any) -> tuple[Any, bool] | None:
+    """``(the tensor whose C-order memory the kernels read, whether it is y's transpose)``:
+    `y` itself where it is as stored (`_as_stored`); for a real `dtype`, a `y` whose matrices
+    are column-major (as ``torch.linalg.cholesky`` returns its factors) as ``y.mT``, the factor
+    of the other triangle of the same matrix (``L L^T = (L^T)^T L^T``), which the kernels take
+    with `upper` flipped; None otherwise (a complex column-major factor's memory holds the
+    conjugate of that factor)."""
+    if _as_stored(y):
+        return y, False
+    if dtype.kind == "f" and _as_stored(y.mT):
+        return y.mT, True
+    return None
+
+
 def rule_by_address(x: Any, y: Any, upper: Any = False) -> bool:
     """The rule's `on_tensors` (`.._autodiff._rule.Rule`), for CUDA tensors that CuPy takes:
     True where the forward goes to the lanes kernel by address (`_solve_lanes_at`) and the
     backward to its backward kernel (`_backward_lanes_at`): a batch of systems (*batch, M, K)
     with factors (*batch, M, M) of one batch shape and dtype (float32, float64, complex64 or
     complex128), rows of the factor of at most `._cupy_grad.FUSED_MAX_BYTES`, nothing empty,
-    both as stored (`_as_stored`). Anything else, bad input included, takes the views' path,
-    which raises the public function's errors."""
+    `x` as stored and the factors as stored or column-major (`_stored_factor`). Anything
+    else, bad input included, takes the views' path, which raises the public function's
+    errors."""
     torch = sys.modules["torch"]
     if type(x) is not torch.Tensor or type(y) is not torch.Tensor or x.ndim < 2:
         return False
@@ -159,7 +179,7 @@ def rule_by_address(x: Any, y: Any, upper: Any = False) -> bool:
         return False
     if m * x.element_size() > _cupy_grad.FUSED_MAX_BYTES:
         return False
-    return x.numel() > 0 and _as_stored(x, y)
+    return x.numel() > 0 and _as_stored(x) and _stored_factor(y, numpy_dtype(x.dtype)) is not None
 
 
 def _none(*args: Any) -> None:
@@ -219,9 +239,11 @@ def _backward_lanes_at(
     memory of CUDA tensors: the cotangent `g` and solution `z` (*batch, M, K), the factors `u`
     (*batch, M, M), one dtype of a kernel and one batch (`batch`, the factors'), rows of the
     factor of at most `._cupy_grad.FUSED_MAX_BYTES`, nothing empty; into tensors made here. A
-    cotangent not as stored is copied first; None where the factors or the solution are not
-    as stored, where autograd records the call (grad mode on and an operand that requires
-    grad: the two steps' operations then carry their gradients), or for any other call."""
+    cotangent not as stored is copied first; column-major real factors are read as their
+    transposes (`_stored_factor`) and their cotangent written transposed; None where the
+    factors or the solution are not as stored, where autograd records the call (grad mode on
+    and an operand that requires grad: the two steps' operations then carry their
+    gradients), or for any other call."""
     from . import _cupy_grad  # CuPy: imported already for CUDA tensors that it takes
 
     torch = sys.modules["torch"]
@@ -233,13 +255,16 @@ def _backward_lanes_at(
         return None
     if m * dtype.itemsize > _cupy_grad.FUSED_MAX_BYTES or not (g.dtype == z.dtype == u.dtype):
         return None
-    if not _as_stored(z, u):
+    stored = _stored_factor(u, dtype)
+    if stored is None or not _as_stored(z):
         return None
+    factor, flipped = stored
     g = g.resolve_conj().resolve_neg().contiguous()
     dx = torch.empty(g.shape, dtype=g.dtype, device=g.device)
-    dy = torch.empty(u.shape, dtype=u.dtype, device=u.device)
-    pointers = (g.data_ptr(), z.data_ptr(), u.data_ptr(), dx.data_ptr(), dy.data_ptr())
+    dy = torch.empty(u.shape, dtype=u.dtype, device=u.device)  # the cotangent of `factor`
+    pointers = (g.data_ptr(), z.data_ptr(), factor.data_ptr(), dx.data_ptr(), dy.data_ptr())
     n = dx.numel() // (m * k)
     index = g.device.index
-    run_on_cupy(index, lambda view: _cupy_grad.backward_at(dtype, m, k, n, pointers, upper, index))
-    return dx, dy
+    up = upper != flipped
+    run_on_cupy(index, lambda view: _cupy_grad.backward_at(dtype, m, k, n, pointers, up, index))
+    return dx, dy.mT if flipped else dy
