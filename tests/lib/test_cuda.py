@@ -177,6 +177,44 @@ def test_fast_kernel_runs_on_the_current_stream(cupy_only, affine):
     np.testing.assert_array_equal(out.get(), 3 * np.arange(n) + 1)
 
 
+_SPIN = r"""
+extern "C" __global__ void xpops_test_spin(long long cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+"""
+
+
+def test_fast_kernel_runs_on_the_given_stream(cupy_only, affine):
+    """`stream=` launches on that stream, not CuPy's current one: behind a spin on a
+    non-blocking stream, then a fill of the output with -1 there, the kernel's values are
+    the last written only if it queued behind the fill (on the current null stream it would
+    run at once and the fill overwrite it)."""
+    cp = cupy_only
+    kernel = _cuda.FastKernel(affine, "pqiq")
+    if not kernel.fast:
+        pytest.skip("CuPy without the driver launch")
+    spin = cp.RawKernel(_SPIN, "xpops_test_spin")
+    n = 1 << 16
+    out = cp.zeros(n, dtype=cp.int64)
+    stream = cp.cuda.Stream(non_blocking=True)
+    stream.wait_event(cp.cuda.get_current_stream().record())  # the zeros are written
+    with stream:
+        spin((1,), (1,), (np.int64(50_000_000),))  # tens of milliseconds
+        out.fill(-1)
+    kernel(_cuda.grid_1d(n, 256), 256, (out.data.ptr, 3, 1, n), stream=stream.ptr)
+    stream.synchronize()
+    np.testing.assert_array_equal(out.get(), 3 * np.arange(n) + 1)
+
+
+def test_typed_launch_refuses_a_stream(cupy_only, affine):
+    kernel = _cuda.FastKernel(affine, "pqiq", fast=False)
+    out = cupy_only.zeros(4, dtype=cupy_only.int64)
+    with pytest.raises(ValueError, match="a launch on a stream pointer needs the driver launch"):
+        kernel(1, 32, (out.data.ptr, 1, 2, 4), stream=0)
+
+
 _PLANE = r"""
 extern "C" __global__ void xpops_test_plane(long long* out, long long n) {
     const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;

@@ -72,9 +72,10 @@ def _own_engines_for_small_systems(monkeypatch):
 @pytest.fixture
 def engines_used(monkeypatch):
     """The kinds of own engine that served tensors in the test ("numpy", "cupy"), in order: a
-    hand-over to NumPy, or a run on CuPy (on views of the tensors, or on their addresses)."""
+    hand-over to NumPy, or a run on CuPy (on views of the tensors, or a launch on their
+    addresses)."""
     used = []
-    for kind, name in (("numpy", "_on_numpy"), ("cupy", "_run_on_cupy")):
+    for kind, name in (("numpy", "_on_numpy"), ("cupy", "_run_on_cupy"), ("cupy", "_on_stream")):
         original = getattr(_torch, name)
 
         def spy(*args, _original=original, _kind=kind):
@@ -846,15 +847,16 @@ def test_cuda_gradients(cuda):
 
 @pytest.fixture
 def cupy_hand_overs(monkeypatch):
-    """How many times the autograd binding handed a rule to CuPy."""
+    """The devices of the runs on CuPy (views, or a launch on the tensors' addresses), in order."""
     runs = []
-    run_on_cupy = _torch._run_on_cupy
+    for name in ("_run_on_cupy", "_on_stream"):
+        original = getattr(_torch, name)
 
-    def spy(index, run):
-        runs.append(index)
-        return run_on_cupy(index, run)
+        def spy(index, run, _original=original):
+            runs.append(index)
+            return _original(index, run)
 
-    monkeypatch.setattr(_torch, "_run_on_cupy", spy)
+        monkeypatch.setattr(_torch, name, spy)
     return runs
 
 
@@ -1219,6 +1221,31 @@ def test_cuda_side_stream(cuda):
     assert cp.cuda.get_current_stream().ptr == before  # CuPy's stream restored
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(solved.reshape(-1), data[:64])
+
+
+def test_cuda_on_stream(cuda, monkeypatch):
+    """`on_stream` hands a launch PyTorch's current stream of the device: as its pointer where
+    that device is the current one and kernels launch through the driver (nothing of CuPy's
+    switched), else as CuPy's current stream for the launch (the pointer None); CuPy's
+    stream is the one it was afterwards, and the launch's result comes back."""
+    cp, device = cuda
+    side = torch.cuda.Stream(device)
+    before = cp.cuda.get_current_stream().ptr
+
+    def launch(stream):
+        return stream, cp.cuda.get_current_stream().ptr
+
+    for direct in (True, False):
+        monkeypatch.setattr(_torch, "_driver_launch", lambda direct=direct: direct)
+        with torch.cuda.device(device):
+            for chosen in (side, torch.cuda.default_stream(device)):
+                with torch.cuda.stream(chosen):
+                    stream, current = _torch.on_stream(device.index, launch)
+                if direct:
+                    assert (stream, current) == (chosen.cuda_stream, before)
+                else:
+                    assert (stream, current) == (None, chosen.cuda_stream)
+                assert cp.cuda.get_current_stream().ptr == before
 
 
 def test_cuda_second_device(cuda, engines_used):

@@ -133,6 +133,9 @@ def read_int_at(address: int, dtype: np.dtype) -> int:
     return int(c_int.from_address(pinned[1]).value)
 
 
+#: Whether CuPy exposes the driver's kernel launch, which `FastKernel` launches through.
+DRIVER_LAUNCH = hasattr(cupy.cuda.driver, "launchKernel")
+
 # The per-thread argument buffer: MAX_ARGS 64-bit slots and the table of their addresses that
 # cuLaunchKernel reads. A 32-bit int parameter reads the low half of its slot (little-endian).
 MAX_ARGS = 16
@@ -194,7 +197,7 @@ class FastKernel:
             raise ValueError(msg)
         self.kernel = kernel
         self.signature = signature
-        self._fast = fast and hasattr(cupy.cuda.driver, "launchKernel")
+        self._fast = fast and DRIVER_LAUNCH
         self._function = kernel.kernel.ptr if self._fast else 0
 
     @property
@@ -203,17 +206,31 @@ class FastKernel:
         return self._fast
 
     def __call__(
-        self, blocks: int | tuple[int, int], threads: int, args: Sequence[int], shared: int = 0
+        self,
+        blocks: int | tuple[int, int],
+        threads: int,
+        args: Sequence[int],
+        shared: int = 0,
+        *,
+        stream: int | None = None,
     ) -> None:
         """Launch on `blocks` blocks (an int, or the x and y sizes of a 2-D grid) of `threads`
-        threads, with `shared` bytes of dynamic shared memory, on the current stream."""
+        threads, with `shared` bytes of dynamic shared memory, on the stream whose pointer is
+        `stream` (0: the legacy default stream), or on CuPy's current stream where it is None.
+        A stream pointer needs the driver launch (`fast`): the current device must then be
+        the kernel's."""
         if len(args) != len(self.signature):
             msg = f"the kernel takes {len(self.signature)} arguments, got {len(args)}"
             raise ValueError(msg)
         blocks_x, blocks_y = blocks if isinstance(blocks, tuple) else (blocks, 1)
         if not self._fast:
+            if stream is not None:
+                msg = "a launch on a stream pointer needs the driver launch (`fast`)"
+                raise ValueError(msg)
             self._typed_launch((blocks_x, blocks_y), threads, args, shared)
             return
+        if stream is None:
+            stream = cupy.cuda.get_current_stream().ptr
         cupy.cuda.driver.launchKernel(
             self._function,
             blocks_x,
@@ -223,7 +240,7 @@ class FastKernel:
             1,
             1,
             shared,
-            cupy.cuda.get_current_stream().ptr,
+            stream,
             pack_arguments(args),
             0,
         )

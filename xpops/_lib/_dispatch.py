@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _compat
+from . import _torch as _torch_lib
 from ._typing import Namespace
 
 __all__ = [
@@ -223,6 +224,4 @@ def torch_fast_arrays(*arrays: Any, chars: str, min_ndim: int = 1) -> bool:
     """
     if "torch" not in sys.modules or not arrays:
         return False
-    from . import _torch
-
-    return _torch.fast_tensors(arrays, chars, min_ndim)
+    return _torch_lib.fast_tensors(arrays, chars, min_ndim)

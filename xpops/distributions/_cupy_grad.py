@@ -289,20 +289,24 @@ def _grad_blocks(n: int) -> int:
 
 
 def log_prob_grads_at(
-    dtype: Any, d: int, n: int, pointers: tuple[int, int, int, int, int, int, int, int]
+    dtype: Any,
+    d: int,
+    n: int,
+    pointers: tuple[int, int, int, int, int, int, int, int],
+    stream: int | None = None,
 ) -> None:
     """The two kernels of `log_prob_grads` on the device addresses of C-contiguous arrays of
     `dtype` (`pointers`, in this order): the points (n, d), their cotangents (n,), the mean
     (d,) and the factor (d, d), then what they write: the points' cotangents (n, d), the
     partial sums (`partial_shape`), the factor's cotangent (d, d) and the mean's (d,); on the
-    current device and stream, `dtype` and `d` taken by the kernels (`._cupy.supported`),
-    n >= 1."""
+    current device and the stream whose pointer is `stream` (CuPy's current one where None),
+    `dtype` and `d` taken by the kernels (`._cupy.supported`), n >= 1."""
     value, g, loc, tril, g_value, partial, g_l, g_loc = pointers
     blocks = _grad_blocks(n)
     name = dtype_name(dtype)
     _launcher("log_prob_grad", name, d)(
-        blocks, GRAD_POINTS, (value, g, loc, tril, n, g_value, partial)
+        blocks, GRAD_POINTS, (value, g, loc, tril, n, g_value, partial), stream=stream
     )
     columns = blocks * _grad_groups(d)
     args = (partial, columns, tril, g_l, g_loc)
-    _launcher("log_prob_grad_finish", name, d)(d * d + d, FINISH_THREADS, args)
+    _launcher("log_prob_grad_finish", name, d)(d * d + d, FINISH_THREADS, args, stream=stream)

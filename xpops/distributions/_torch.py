@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._autodiff import _torch as _autograd
-from .._lib._torch import bridge, engine_for, numpy_dtype, run_on_cupy
+from .._lib._torch import bridge, engine_for, numpy_dtype, on_stream, run_on_cupy
 from .._lib._typing import Array
 from ._common import bad_values, is_array
 
@@ -202,12 +202,13 @@ def _log_prob_grads_at(loc: Any, tril: Any, value: Any, g: Any) -> Any:
     g_l = torch.empty((d, d), dtype=dtype, device=device)
     g_loc = torch.empty(d, dtype=dtype, device=device)
 
-    def launch(view: Any) -> None:
+    def launch(stream: int | None) -> None:
         # the partial sums' columns depend on the device's multiprocessors: sized on it; the
         # caching allocator gives its memory to later work on this stream only
         partial = torch.empty(_cupy_grad.partial_shape(n, d), dtype=dtype, device=device)
         arrays = (value, g, loc, tril, g_value, partial, g_l, g_loc)
-        _cupy_grad.log_prob_grads_at(np_dtype, d, n, tuple(a.data_ptr() for a in arrays))
+        pointers = tuple(a.data_ptr() for a in arrays)
+        _cupy_grad.log_prob_grads_at(np_dtype, d, n, pointers, stream)
 
-    run_on_cupy(device.index, launch)
+    on_stream(device.index, launch)
     return g_loc, g_l, g_value.reshape(value.shape)

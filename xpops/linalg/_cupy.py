@@ -434,12 +434,15 @@ def solve_lanes_at(
     pointers: tuple[int, int, int],
     upper: bool,
     device: int,
+    stream: int | None = None,
 ) -> None:
     """The lanes kernel on the device addresses of C-contiguous x (n, M, K), factors
     (n, M, M) and the result (n, M, K) of `dtype` (`pointers`, in that order), one batch,
-    M <= LANES_MAX_M, on the current stream of `device` (the current one)."""
+    M <= LANES_MAX_M, on `device` (the current one) and the stream whose pointer is `stream`
+    (CuPy's current one where None)."""
     lanes, threads, kernel = lanes_launch(dtype, M, K == 1, device)
-    kernel(grid_1d(n * lanes, threads), threads, (*pointers, n, K, int(upper), 0, 0))
+    args = (*pointers, n, K, int(upper), 0, 0)
+    kernel(grid_1d(n * lanes, threads), threads, args, stream=stream)
 
 
 def _batch_index(shape: tuple[int, ...], batch: tuple[int, ...]) -> cupy.ndarray | None:

@@ -312,10 +312,13 @@ def backward_at(
     pointers: tuple[int, int, int, int, int],
     upper: bool,
     device: int,
+    stream: int | None = None,
 ) -> None:
     """The lanes kernel's backward on the device addresses of C-contiguous arrays of `dtype`:
     the cotangent and the solution (n, M, K), the factors (n, M, M), and the two cotangents
     it writes, (n, M, K) and (n, M, M) (`pointers`, in that order); one batch, rows of the
-    factor of at most `FUSED_MAX_BYTES`; on the current stream of `device` (the current one)."""
+    factor of at most `FUSED_MAX_BYTES`; on `device` (the current one) and the stream whose
+    pointer is `stream` (CuPy's current one where None)."""
     lanes, threads, kernel = lanes_grad_launch(dtype, M, K == 1, device)
-    kernel(grid_1d(n * lanes, threads), threads, (*pointers, n, K, int(upper)))
+    args = (*pointers, n, K, int(upper))
+    kernel(grid_1d(n * lanes, threads), threads, args, stream=stream)

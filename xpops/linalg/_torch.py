@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._lib._dispatch import Engines
-from .._lib._torch import bridge, engine_for, numpy_dtype, on_device, run_on_cupy
+from .._lib._torch import bridge, engine_for, numpy_dtype, on_device, on_stream
 from .._lib._typing import Array, Namespace
 
 __all__ = [
@@ -114,23 +114,21 @@ def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
     None where M is past the lanes kernel's (`_cupy.LANES_MAX_M`), `x` or the factors are not
     as stored (`_as_stored`, `_stored_factor`; the views' path resolves the others), or the
     dtype has no kernel."""
-    from . import _cupy  # CuPy: imported already for CUDA tensors that it takes
-
-    m, k = int(x.shape[-2]), int(x.shape[-1])
+    kernels = _kernels()
+    m, k = x.shape[-2:]
     dtype = numpy_dtype(x.dtype)
-    if m > _cupy.LANES_MAX_M or dtype is None or dtype.kind not in "fc":
+    if m > kernels.LANES_MAX_M or dtype is None or dtype.kind not in "fc":
         return None
     stored = _stored_factor(y, dtype)
     if stored is None or not _as_stored(x):
         return None
     factor, flipped = stored
-    torch = sys.modules["torch"]
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = sys.modules["torch"].empty_like(x)  # x is C-contiguous: so is out
     n = out.numel() // (m * k)
     pointers = (x.data_ptr(), factor.data_ptr(), out.data_ptr())
-    index = x.device.index
+    index = x.get_device()
     up = upper != flipped
-    run_on_cupy(index, lambda view: _cupy.solve_lanes_at(dtype, m, k, n, pointers, up, index))
+    on_stream(index, lambda s: kernels.solve_lanes_at(dtype, m, k, n, pointers, up, index, s))
     return out
 
 
@@ -138,7 +136,19 @@ def _as_stored(*tensors: Any) -> bool:
     """Whether the tensors' memory holds their values in C order: C-contiguous, without
     PyTorch's conjugate or negative bit (a lazy ``conj()`` or ``neg()`` shares the memory of
     the values it negates)."""
-    return all(t.is_contiguous() and not (t.is_conj() or t.is_neg()) for t in tensors)
+    for t in tensors:  # a loop: a generator would cost a microsecond of host time
+        if not t.is_contiguous() or t.is_conj() or t.is_neg():
+            return False
+    return True
+
+
+@functools.cache
+def _kernels() -> Any:
+    """The CuPy engine's module (`._cupy`), imported once a CUDA tensor that CuPy takes exists:
+    a call costs less host time than an import statement."""
+    from . import _cupy
+
+    return _cupy
 
 
 def _stored_factor(y: Any, dtype: Any) -> tuple[Any, bool] | None:
@@ -260,11 +270,11 @@ def _backward_lanes_at(
         return None
     factor, flipped = stored
     g = g.resolve_conj().resolve_neg().contiguous()
-    dx = torch.empty(g.shape, dtype=g.dtype, device=g.device)
+    dx = torch.empty_like(g)  # g is C-contiguous: so is dx
     dy = torch.empty(u.shape, dtype=u.dtype, device=u.device)  # the cotangent of `factor`
     pointers = (g.data_ptr(), z.data_ptr(), factor.data_ptr(), dx.data_ptr(), dy.data_ptr())
     n = dx.numel() // (m * k)
-    index = g.device.index
+    index = g.get_device()
     up = upper != flipped
-    run_on_cupy(index, lambda view: _cupy_grad.backward_at(dtype, m, k, n, pointers, up, index))
+    on_stream(index, lambda s: _cupy_grad.backward_at(dtype, m, k, n, pointers, up, index, s))
     return dx, dy.mT if flipped else dy
