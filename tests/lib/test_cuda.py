@@ -190,7 +190,8 @@ def test_fast_kernel_runs_on_the_given_stream(cupy_only, affine):
     """`stream=` launches on that stream, not CuPy's current one: behind a spin on a
     non-blocking stream, then a fill of the output with -1 there, the kernel's values are
     the last written only if it queued behind the fill (on the current null stream it would
-    run at once and the fill overwrite it)."""
+    run at once and the fill overwrite it). The spin is still running at the launch, so that
+    the test cannot pass by the fill having run before it."""
     cp = cupy_only
     kernel = _cuda.FastKernel(affine, "pqiq")
     if not kernel.fast:
@@ -198,12 +199,15 @@ def test_fast_kernel_runs_on_the_given_stream(cupy_only, affine):
     spin = cp.RawKernel(_SPIN, "xpops_test_spin")
     n = 1 << 16
     out = cp.zeros(n, dtype=cp.int64)
+    out.fill(-1)  # the fill's kernel compiled and loaded before the spin
+    spin((1,), (1,), (np.int64(1000),))
     stream = cp.cuda.Stream(non_blocking=True)
     stream.wait_event(cp.cuda.get_current_stream().record())  # the zeros are written
     with stream:
-        spin((1,), (1,), (np.int64(50_000_000),))  # tens of milliseconds
+        spin((1,), (1,), (np.int64(200_000_000),))  # about 0.1 s
         out.fill(-1)
     kernel(_cuda.grid_1d(n, 256), 256, (out.data.ptr, 3, 1, n), stream=stream.ptr)
+    assert not stream.done
     stream.synchronize()
     np.testing.assert_array_equal(out.get(), 3 * np.arange(n) + 1)
 

@@ -1248,6 +1248,10 @@ def test_cuda_on_stream(cuda, monkeypatch):
                 assert cp.cuda.get_current_stream().ptr == before
 
 
+def _current(cp):
+    return cp.cuda.get_current_stream().ptr
+
+
 def test_cuda_second_device(cuda, engines_used):
     cp, _ = cuda
     if torch.cuda.device_count() < 2:
@@ -1255,6 +1259,11 @@ def test_cuda_second_device(cuda, engines_used):
     device = torch.device("cuda", 1)
     t = torch.randn(5000, 30, dtype=torch.float64, device=device)
     with torch.cuda.device(0):  # the current device is another one
+        # a launch by address on device 1 switches CuPy there, with PyTorch's stream of it
+        got = _torch.on_stream(1, lambda s: (s, cp.cuda.Device().id, _current(cp)))
+        assert got == (None, 1, torch.cuda.current_stream(device).cuda_stream)
+        assert cp.cuda.Device().id == 0
+        engines_used.clear()
         out = xpops.logcumsumexp(t, axis=0)
         lower = torch.eye(30, dtype=torch.float64, device=device) * 3
         solved = xpops.linalg.cholesky_solve(t[:30], lower)

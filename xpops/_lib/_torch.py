@@ -7,7 +7,9 @@ for dtypes NumPy lacks), and the result comes back by DLPack: nothing is copied 
 On CUDA the engine runs on the tensors' device with PyTorch's current stream of that device
 as CuPy's current stream, so its kernels queue behind the work that produced the tensors and
 ahead of the work that uses the result, as a PyTorch op's would: no stream waits on another,
-nothing synchronizes the host.
+nothing synchronizes the host. Kernels launched on the tensors' addresses take that stream's
+pointer instead, with nothing of CuPy's switched where the device is the current one
+(`on_stream`).
 
 The op's generic engine takes what ours cannot: dtypes other than float32, float64,
 complex64 and complex128 (the contracts cast to one of them first), zero-size tensors,
@@ -120,6 +122,7 @@ def fast_tensors(arrays: tuple[Any, ...], chars: str, min_ndim: int) -> bool:
             or (grad and a.requires_grad)
             or a.ndim < min_ndim
             or a.numel() == 0
+            or a.is_nested  # strided, but without one shape
             or a.layout is not strided
             or (a is not first and a.device != device)
             or wrapped(a)
@@ -424,9 +427,10 @@ def on_stream(index: int, launch: Callable[[int | None], Any]) -> Any:
     """``launch(stream)`` for kernels launched by address (`._cuda.FastKernel`) on CUDA device
     `index`, on PyTorch's current stream of that device: `stream` is that stream's pointer
     where the device is the thread's current one and kernels launch through the driver, so
-    that neither CuPy's device nor its current stream is switched (about 2 us of host time a
-    call); otherwise None, with CuPy's device and current stream switched as `run_on_cupy`
-    switches them. Kept out of ``torch.compile``'s traces, as `run_on_cupy` is."""
+    that neither CuPy's device nor its current stream is switched (saving about 2 us of host
+    time a call); otherwise None, with CuPy's device and current stream switched as
+    `run_on_cupy` switches them. Kept out of ``torch.compile``'s traces, as `run_on_cupy`
+    is."""
     return opaque(_on_stream)(index, launch)
 
 
