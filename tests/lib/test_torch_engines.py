@@ -86,6 +86,16 @@ def engines_used(monkeypatch):
     return used
 
 
+@pytest.fixture
+def cupy_views(monkeypatch):
+    """One entry for each CuPy view of a CUDA tensor made in the test (`_torch._cupy_view`):
+    calls that run by the tensors' addresses make none."""
+    views = []
+    view = _torch._cupy_view
+    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
+    return views
+
+
 # ---- CPU: the NumPy engines --------------------------------------------------------------------
 
 
@@ -731,15 +741,12 @@ def test_cholesky_solve_cuda_equals_cupy(cuda, dtype, upper, xs, batch, m, engin
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_small_solves_by_address(cuda, dtype, monkeypatch):
+def test_cuda_small_solves_by_address(cuda, dtype, cupy_views):
     """Contiguous CUDA tensors of small systems (M <= 32) of one batch go to the lanes kernel
     by address, no view made; strided ones, lazily conjugated ones, and M > 32, through views:
     results equal the same calls on CuPy arrays either way."""
     cp, device = cuda
     rng = np.random.default_rng(18)
-    views = []
-    view = _torch._cupy_view
-    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
     real = np.dtype(dtype).kind == "f"
     for m, k, strided, column_major, upper, viewed in [
         (16, 1, False, False, False, 0),
@@ -758,9 +765,9 @@ def test_cuda_small_solves_by_address(cuda, dtype, monkeypatch):
         x = torch.from_numpy(_data(rng, (50, m, k), dtype, special=False)).to(device).contiguous()
         if strided:
             x = x.mT.contiguous().mT
-        views.clear()
+        cupy_views.clear()
         out = xpops.linalg.cholesky_solve(x, y, upper=upper)
-        assert len(views) == viewed
+        assert len(cupy_views) == viewed
         ref = xpops.linalg.cholesky_solve(cp.from_dlpack(x), cp.from_dlpack(y), upper=upper)
         _cuda_same(out, ref, device)
     if np.dtype(dtype).kind == "c":
@@ -771,9 +778,9 @@ def test_cuda_small_solves_by_address(cuda, dtype, monkeypatch):
         for a, b in [(x, y.conj()), (x.conj(), y), (x.conj(), y.conj())]:
             assert a.is_contiguous()
             assert b.is_contiguous()
-            views.clear()
+            cupy_views.clear()
             out = xpops.linalg.cholesky_solve(a, b)
-            assert len(views) == 2
+            assert len(cupy_views) == 2
             ref = xpops.linalg.cholesky_solve(
                 cp.from_dlpack(a.resolve_conj()), cp.from_dlpack(b.resolve_conj())
             )
@@ -940,7 +947,7 @@ def test_cuda_gradients_run_on_cupy(cuda, dtype, upper, cupy_hand_overs):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
+def test_cuda_gradients_by_address(cuda, dtype, cupy_views, cupy_hand_overs):
     """cholesky_solve's rule on contiguous CUDA tensors of small systems of one batch runs on
     the tensors (`linalg._torch.rule_by_address`): forward and backward each launch their
     lanes kernel by address, no view made, on a side stream of PyTorch's (whose work waits
@@ -951,9 +958,6 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
     exact zeros on the other."""
     _, device = cuda
     rng = np.random.default_rng(19)
-    views = []
-    view = _torch._cupy_view
-    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
     complex_ = np.dtype(dtype).kind == "c"
     wide = torch.complex128 if complex_ else torch.float64
     tol = 1e-10 if dtype in ("float64", "complex128") else 3e-4
@@ -989,7 +993,7 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
         ours = [tx.requires_grad_(), ty.requires_grad_()]
         ref = [torch.from_numpy(a.copy()).to(device, wide).requires_grad_() for a in (x, y_clean)]
         tw = torch.from_numpy(w).to(device)
-        views.clear()
+        cupy_views.clear()
         cupy_hand_overs.clear()
         stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(stream):
@@ -1003,7 +1007,7 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
         loss = theirs.sum() if layout == "cotangent strided" else (theirs * tw.to(wide)).sum()
         (loss.real if complex_ else loss).backward()
         stream.synchronize()
-        assert (not views) == by_address, (m, k, upper, layout)
+        assert (not cupy_views) == by_address, (m, k, upper, layout)
         assert len(cupy_hand_overs) == 2  # forward and backward: a launch each, or the views
         dy = ours[1].grad  # of the leaf: of y through the lazy view's own rule
         if layout == "lazy":
@@ -1019,26 +1023,23 @@ def test_cuda_gradients_by_address(cuda, dtype, monkeypatch, cupy_hand_overs):
         assert (dy[..., ~used] == 0).all()
 
 
-def test_cuda_cholesky_pullback_by_address(cuda, monkeypatch):
+def test_cuda_cholesky_pullback_by_address(cuda, cupy_views):
     """`xpops.vjp` of cholesky_solve on CUDA tensors that autograd does not record: one batch
     runs forward and pull-back by address (no view), right-hand sides broadcast against the
     factors' batch take the views and the two steps, whose cotangent of x is summed back to
     x's shape. Cotangents those of PyTorch's own cholesky_solve in double precision."""
     _, device = cuda
     rng = np.random.default_rng(21)
-    views = []
-    view = _torch._cupy_view
-    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
     for x_batch, y_batch in [((300,), (300,)), ((300,), (4, 300)), ((4, 300), (300,))]:
         lower = _factor(rng, y_batch, 16, "float32")
         clean = np.where(np.isnan(lower), 0, lower)
         x = _data(rng, (*x_batch, 16, 2), "float32", special=False)
         tx, ty = (torch.from_numpy(a).to(device) for a in (x, lower))
-        views.clear()
+        cupy_views.clear()
         out, pullback = xpops.vjp(xpops.linalg.cholesky_solve, tx, ty)
         tw = torch.from_numpy(_data(rng, tuple(out.shape), "float32", special=False)).to(device)
         dx, dy = pullback(tw)
-        assert (not views) == (x_batch == y_batch)
+        assert (not cupy_views) == (x_batch == y_batch)
         ref = [torch.from_numpy(a).to(device, torch.float64).requires_grad_() for a in (x, clean)]
         (torch.cholesky_solve(*ref) * tw.double()).sum().backward()
         for got, want in ((dx, ref[0].grad), (dy, torch.tril(ref[1].grad))):
@@ -1086,7 +1087,7 @@ def test_cuda_distribution_runs_on_cupy(cuda, dtype, cupy_hand_overs):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_cuda_log_prob_gradients_on_tensors(cuda, dtype, monkeypatch, cupy_hand_overs):
+def test_cuda_log_prob_gradients_on_tensors(cuda, dtype, cupy_views, cupy_hand_overs):
     """log_prob's and prob's rules for one distribution of CUDA tensors at contiguous points
     run on the tensors (`distributions._torch.log_prob_on_tensors`): the backward's kernels
     read them by address, no view made, on a side stream of PyTorch's. A strided value, a
@@ -1095,9 +1096,6 @@ def test_cuda_log_prob_gradients_on_tensors(cuda, dtype, monkeypatch, cupy_hand_
     _, device = cuda
     mvn = xpops.distributions.MultivariateNormal
     rng = np.random.default_rng(20)
-    views = []
-    view = _torch._cupy_view
-    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
     kind = getattr(torch, dtype)
     tol = 1e-10 if dtype == "float64" else 3e-4
     stream = torch.cuda.Stream(device)
@@ -1131,7 +1129,7 @@ def test_cuda_log_prob_gradients_on_tensors(cuda, dtype, monkeypatch, cupy_hand_
             stream.wait_stream(torch.cuda.current_stream(device))
             with torch.cuda.stream(stream):
                 out = getattr(mvn(ours[0], **{name: ours[1]}), method)(ours[2])
-                views.clear()
+                cupy_views.clear()
                 cupy_hand_overs.clear()
                 (out * tw).sum().backward()
             theirs = torch.distributions.MultivariateNormal(ref[0], **{name: ref[1]})
@@ -1140,7 +1138,7 @@ def test_cuda_log_prob_gradients_on_tensors(cuda, dtype, monkeypatch, cupy_hand_
                 density = density.exp()
             (density * tw.double()).sum().backward()
             stream.synchronize()
-            assert (not views) == by_address, (d, name, layout, method)
+            assert (not cupy_views) == by_address, (d, name, layout, method)
             assert len(cupy_hand_overs) == 1  # the backward's launch, or its views
             for o, r in zip(ours, ref, strict=True):
                 assert o.grad.dtype == o.dtype
@@ -1151,7 +1149,7 @@ def test_cuda_log_prob_gradients_on_tensors(cuda, dtype, monkeypatch, cupy_hand_
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_cuda_log_prob_by_address(cuda, dtype, monkeypatch):
+def test_cuda_log_prob_by_address(cuda, dtype, cupy_views):
     """After its first log_prob, an unbatched distribution of CUDA tensors computes log_prob at
     a C-contiguous tensor of its dtype by the fused kernel on the tensors' memory, no view
     made (`distributions._torch.log_prob_of_tensor`): results, shapes and the error of a
@@ -1165,14 +1163,11 @@ def test_cuda_log_prob_by_address(cuda, dtype, monkeypatch):
     tril = np.linalg.cholesky(g @ g.T / d + np.eye(d))
     kind = getattr(torch, dtype)
     loc, m = (torch.tensor(a, dtype=kind, device=device) for a in (rng.standard_normal(d), tril))
-    views = []
-    view = _torch._cupy_view
-    monkeypatch.setattr(_torch, "_cupy_view", lambda t: views.append(1) or view(t))
 
     def check(dist, ref, value, viewed=None):
-        views.clear()
+        cupy_views.clear()
         out = dist.log_prob(value)
-        assert viewed is None or len(views) == viewed
+        assert viewed is None or len(cupy_views) == viewed
         _cuda_same(out, ref.log_prob(cp.from_dlpack(value.contiguous())), device)
 
     for validate in (True, False):
@@ -1192,9 +1187,9 @@ def test_cuda_log_prob_by_address(cuda, dtype, monkeypatch):
         else:
             check(dist, ref, bad, 0)
     other = torch.float64 if dtype == "float32" else torch.float32
-    views.clear()
+    cupy_views.clear()
     out = dist.log_prob(value.to(other))
-    assert len(views) == 1
+    assert len(cupy_views) == 1
     assert out.dtype == kind
     batched = mvn(loc.expand(2, d), scale_tril=m)
     ref = mvn(cp.from_dlpack(loc).reshape(1, d).repeat(2, axis=0), scale_tril=cp.from_dlpack(m))
