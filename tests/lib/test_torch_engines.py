@@ -742,9 +742,9 @@ def test_cholesky_solve_cuda_equals_cupy(cuda, dtype, upper, xs, batch, m, engin
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_small_solves_by_address(cuda, dtype, cupy_views):
-    """Contiguous CUDA tensors of small systems (M <= 32) of one batch go to the lanes kernel
-    by address, no view made; strided ones, lazily conjugated ones, and M > 32, through views:
-    results equal the same calls on CuPy arrays either way."""
+    """Contiguous CUDA tensors of small systems (M <= 64) of one batch go to the lanes kernel
+    (M <= 32) or the small kernel by address, no view made; strided ones, lazily conjugated
+    ones, and M > 64, through views: results equal the same calls on CuPy arrays either way."""
     cp, device = cuda
     rng = np.random.default_rng(18)
     real = np.dtype(dtype).kind == "f"
@@ -752,10 +752,14 @@ def test_cuda_small_solves_by_address(cuda, dtype, cupy_views):
         (16, 1, False, False, False, 0),
         (32, 3, False, False, True, 0),
         (16, 2, True, False, False, 2),
-        (40, 1, False, False, False, 2),
+        (40, 1, False, False, False, 0),
+        (64, 8, False, False, True, 0),
+        (33, 3, True, False, False, 2),
+        (70, 1, False, False, False, 2),
         # the layout torch.linalg.cholesky gives its factors: real ones go by address too
         (16, 1, False, True, False, 0 if real else 2),
         (7, 2, False, True, True, 0 if real else 2),
+        (48, 5, False, True, False, 0 if real else 2),
     ]:
         lower = _factor(rng, (50,), m, dtype)
         y = np.conj(np.swapaxes(lower, -1, -2)) if upper else lower

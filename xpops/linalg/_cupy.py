@@ -396,6 +396,16 @@ def lanes_launch(
     return lanes, threads, kernel
 
 
+@functools.cache
+def small_launch(dtype: np.dtype, M: int, K: int, device: int) -> tuple[int, int, FastKernel]:
+    """(systems a block, threads a block, kernel on `device`) of the small kernel for M
+    unknowns and K right-hand sides, looked up once a shape (as `lanes_launch`)."""
+    m_max, columns, systems, threads = _small_config(M, K, dtype.itemsize)
+    with cupy.cuda.Device(device):
+        kernel = _small_kernel(dtype_name(dtype), m_max, columns, systems)
+    return systems, threads, kernel
+
+
 def _operands(
     x: cupy.ndarray, y: cupy.ndarray, out: cupy.ndarray, batch: tuple[int, ...]
 ) -> tuple[int, tuple[int, int, int], tuple[int, ...], tuple[cupy.ndarray | None, ...]]:
@@ -405,6 +415,25 @@ def _operands(
     index_arrays = (_batch_index(x.shape[:-2], batch), _batch_index(y.shape[:-2], batch))
     indexes = tuple(0 if a is None else a.data.ptr for a in index_arrays)
     return math.prod(batch), (x.data.ptr, y.data.ptr, out.data.ptr), indexes, index_arrays
+
+
+def solve_small_at(
+    dtype: np.dtype,
+    M: int,
+    K: int,
+    n: int,
+    pointers: tuple[int, int, int],
+    upper: bool,
+    device: int,
+    stream: int | None = None,
+) -> None:
+    """The small kernel on the device addresses of C-contiguous x (n, M, K), factors (n, M, M)
+    and the result (n, M, K) of `dtype` (`pointers`, in that order), one batch,
+    LANES_MAX_M < M <= SMALL_MAX_M, on `device` (the current one) and the stream whose pointer
+    is `stream` (CuPy's current one where None)."""
+    systems, threads, kernel = small_launch(dtype, M, K, device)
+    args = (*pointers, n, M, K, int(upper), 0, 0)
+    kernel(grid_1d(n, systems), threads, args, stream=stream)
 
 
 def _solve_lanes(x, y, out, batch, M, K, upper):

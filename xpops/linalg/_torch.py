@@ -14,10 +14,10 @@ From M = 64 the NumPy engine (BLAS ``trsm`` over the whole batch) is as fast or 
 1024, K = 64: 22 against 48 ms). So systems of M <= `_TORCH_MAX_M` go to PyTorch; its
 result, which LAPACK leaves column-major, is made C-contiguous as the contract says.
 
-The fast path's CUDA tensors of systems that the CuPy engine's lanes kernel takes (M <= 32),
-C-contiguous and holding their values as stored (no conjugate or negative bit: PyTorch's lazy
-``conj()`` shares the memory of the unconjugated values), go to that kernel by address
-(`_solve_lanes_at`), the result a tensor made here: neither operand is viewed and nothing
+The fast path's CUDA tensors of systems that the CuPy engine's lanes or small kernel takes
+(M <= 64), C-contiguous and holding their values as stored (no conjugate or negative bit:
+PyTorch's lazy ``conj()`` shares the memory of the unconjugated values), go to that kernel by
+address (`_solve_at`), the result a tensor made here: neither operand is viewed and nothing
 comes back by DLPack, host time that short calls would otherwise add. Real factors whose
 matrices are column-major, as ``torch.linalg.cholesky`` returns them, go too: their memory
 holds the other triangle's factor of the same matrix in C order (`_stored_factor`).
@@ -102,22 +102,23 @@ def solve_same_batch(x: Array, y: Array, upper: bool) -> Array:
     if device.type == "cpu" and y.shape[-1] <= _TORCH_MAX_M:
         return _solve(x, y, upper)
     if device.type == "cuda":
-        out = _solve_lanes_at(x, y, upper)
+        out = _solve_at(x, y, upper)
         if out is not None:
             return out
     return on_device(_OWN_SAME_BATCH, device, x, y, upper)
 
 
-def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
-    """The CuPy engine's lanes kernel on the memory of CUDA tensors `x` (*batch, M, K) and
-    `y` (*batch, M, M) (one batch, nothing empty: the fast path's), into a tensor made here;
-    None where M is past the lanes kernel's (`_cupy.LANES_MAX_M`), `x` or the factors are not
-    as stored (`_as_stored`, `_stored_factor`; the views' path resolves the others), or the
-    dtype has no kernel."""
+def _solve_at(x: Any, y: Any, upper: bool) -> Any:
+    """The CuPy engine's lanes kernel (M <= `_cupy.LANES_MAX_M`) or small kernel (M <=
+    `_cupy.SMALL_MAX_M`) on the memory of CUDA tensors `x` (*batch, M, K) and `y`
+    (*batch, M, M) (one batch, nothing empty: the fast path's), into a tensor made here, as
+    the engine chooses them; None where M is past the small kernel's, `x` or the factors are
+    not as stored (`_as_stored`, `_stored_factor`; the views' path resolves the others), or
+    the dtype has no kernel."""
     kernels = _kernels()
     m, k = x.shape[-2:]
     dtype = numpy_dtype(x.dtype)
-    if m > kernels.LANES_MAX_M or dtype is None or dtype.kind not in "fc":
+    if m > kernels.SMALL_MAX_M or dtype is None or dtype.kind not in "fc":
         return None
     stored = _stored_factor(y, dtype)
     if stored is None or not _as_stored(x):
@@ -128,7 +129,8 @@ def _solve_lanes_at(x: Any, y: Any, upper: bool) -> Any:
     pointers = (x.data_ptr(), factor.data_ptr(), out.data_ptr())
     index = x.get_device()
     up = upper != flipped
-    on_stream(index, lambda s: kernels.solve_lanes_at(dtype, m, k, n, pointers, up, index, s))
+    solve = kernels.solve_lanes_at if m <= kernels.LANES_MAX_M else kernels.solve_small_at
+    on_stream(index, lambda s: solve(dtype, m, k, n, pointers, up, index, s))
     return out
 
 
@@ -167,7 +169,7 @@ def _stored_factor(y: Any, dtype: Any) -> tuple[Any, bool] | None:
 
 def rule_by_address(x: Any, y: Any, upper: Any = False) -> bool:
     """The rule's `on_tensors` (`.._autodiff._rule.Rule`), for CUDA tensors that CuPy takes:
-    True where the forward goes to the lanes kernel by address (`_solve_lanes_at`) and the
+    True where the forward goes to the lanes kernel by address (`_solve_at`) and the
     backward to its backward kernel (`_backward_lanes_at`): a batch of systems (*batch, M, K)
     with factors (*batch, M, M) of one batch shape and dtype (float32, float64, complex64 or
     complex128), rows of the factor of at most `._cupy_grad.FUSED_MAX_BYTES`, nothing empty,
