@@ -373,7 +373,7 @@ def _grad_tiles_scan(
             prefetch,
             int(exclusive),
             int(reverse),
-            state.data.ptr,
+            state.ptr,
         ),
     )
     return dx

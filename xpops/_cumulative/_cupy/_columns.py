@@ -330,7 +330,7 @@ def scan_columns(
     tiles = groups * -(-L // items)
     state = look_back_state(tiles * BLOCK, x.dtype)
     args = (x.data.ptr, out.data.ptr, L, inner, lanes, groups)
-    kernel(tiles, BLOCK, (*args, int(exclusive), int(reverse), state.data.ptr))
+    kernel(tiles, BLOCK, (*args, int(exclusive), int(reverse), state.ptr))
 
 
 def scan_column_blocks(

@@ -514,7 +514,7 @@ def scan(
             prefetch,
             int(exclusive),
             int(reverse),
-            state.data.ptr,
+            state.ptr,
             0 if carry is None else carry.data.ptr,
         ),
         staged_shared_bytes(name) if kind == "tiles_staged" else 0,
