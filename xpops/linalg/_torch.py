@@ -1,7 +1,8 @@
 """PyTorch engine of cholesky_solve: ``torch.cholesky_solve`` for CPU tensors of small systems,
 the op's own engines otherwise (`.._lib._torch.bridge`: the NumPy engine on CPU tensors' memory,
 the CuPy engine on CUDA tensors', the generic engine for the rest; the fast path's tensors,
-already checked, go to `.._lib._torch.on_device`, or by address to the lanes kernel, below).
+already checked, go to `.._lib._torch.on_device`, or by address to the lanes or small kernel,
+below).
 
 ``torch.cholesky_solve`` meets the contract: LAPACK's ``potrs`` reads only the used triangle
 and gives inf or NaN for a system with a zero pivot, without an error; batches broadcast. Its C

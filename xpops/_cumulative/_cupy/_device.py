@@ -394,10 +394,10 @@ def look_back_state(slots: int, dtype: np.dtype) -> cupy.cuda.MemoryPointer:
     aggregate (m, s) pairs, then `slots` inclusive-prefix pairs.
 
     One allocation from CuPy's pool (no array around it), one memset and one kernel argument
-    (the pointer's ``ptr``): host time that the GPU spends idle before a short scan. Views
-    into it for the three parts cost about 13 us a call, the allocation and launch of a
-    separate zeroed counter about 10 us, and an array around the allocation 1.5-2.7 us (an
-    H200 host: ``cupy.empty`` 2.2-4.0 against 0.8-1.4 us).
+    (the pointer's ``ptr``): the least host time before the launch, time in which the GPU idles
+    before a short scan. Views into it for the three parts cost about 13 us a call, the
+    allocation and launch of a separate zeroed counter about 10 us, and an array around the
+    allocation 1.4-2.6 us more (an H200 host: ``cupy.empty`` 2.2-4.0 against 0.8-1.4 us).
     """
     nbytes = 8 + 2 * slots * 2 * dtype.itemsize  # the counter, then two pairs a slot
     state = cupy.cuda.alloc(nbytes)
